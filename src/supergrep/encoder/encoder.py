@@ -1,0 +1,117 @@
+"""The Encoder: a model spec + tokenizer + backend, turning text into token vectors."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import numpy as np
+
+from supergrep.backends import load_backend
+from supergrep.encoder.spec import ModelSpec, resolve_model
+from supergrep.encoder.tokenize import Role, RoleTokenizer
+
+log = logging.getLogger(__name__)
+
+
+def length_batches(lengths: list[int], batch_tokens: int) -> list[list[int]]:
+    """Group item indices into batches of similar length under a padded-token budget.
+
+    Items are sorted longest first, so each batch pads to its first item's length and
+    ``rows * first_length <= batch_tokens`` (a single over-long item still gets a batch).
+
+    >>> length_batches([5, 100, 7, 98], batch_tokens=200)
+    [[1, 3], [2, 0]]
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    for i in order:
+        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= batch_tokens:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
+class Encoder:
+    """Turns text into L2-normalised token vectors, one matrix per input.
+
+    Args:
+        spec: The model (``resolve_model(path)``); None loads the default model.
+        backend: Backend name ("torch").
+        device: "auto" (CUDA > MPS > CPU), "cpu", "cuda", "cuda:N" or "mps".
+        batch_tokens: Padded-token budget of one forward pass.
+        threads: CPU threads (0: the framework's default).
+    """
+
+    def __init__(self, spec: ModelSpec | None = None, backend: str = "torch", device: str = "auto",
+                 batch_tokens: int = 8192, threads: int = 0):
+        self.spec = spec or resolve_model(None)
+        self.tokenizer = RoleTokenizer(self.spec)
+        self.backend = load_backend(backend, self.spec, device=device, threads=threads)
+        self.batch_tokens = batch_tokens
+        self._fingerprint: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def dim(self) -> int:
+        return self.spec.dim
+
+    @property
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            self._fingerprint = self.spec.fingerprint()
+        return self._fingerprint
+
+    def count_tokens(self, texts: list[str], role: Role = "document") -> list[int]:
+        return self.tokenizer.count(texts, role)
+
+    def encode_queries(self, texts: list[str]) -> list[np.ndarray]:
+        """Each query -> (n_tokens, dim) float32, unit rows (expansion tokens included)."""
+        return self._encode(texts, "query")
+
+    def encode_documents(self, texts: list[str], progress: Callable[[int], None] | None = None) -> list[np.ndarray]:
+        """Each document -> (n_tokens, dim) float32, unit rows (skiplist tokens removed).
+
+        Args:
+            progress: Called with the number of documents finished after each batch.
+        """
+        return self._encode(texts, "document", progress)
+
+    def _encode(self, texts: list[str], role: Role, progress: Callable[[int], None] | None = None) -> list[np.ndarray]:
+        settings = self.spec.settings
+        ids = self.tokenizer(texts, role)
+        expand = role == "query" and settings.query_expansion
+        if expand:
+            target = settings.query_max_tokens
+            lengths = [target] * len(ids)
+        else:
+            lengths = [len(x) for x in ids]
+        out: list[np.ndarray] = [np.zeros((0, self.dim), np.float32)] * len(texts)
+        skip = self.tokenizer.skip_ids if role == "document" else frozenset()
+        for batch in length_batches(lengths, self.batch_tokens):
+            width = max(lengths[i] for i in batch)
+            input_ids = np.full((len(batch), width), self.tokenizer.pad_id, dtype=np.int64)  # (B, L)
+            mask = np.zeros((len(batch), width), dtype=np.int64)  # (B, L), 1 = attended
+            for row, i in enumerate(batch):
+                n = len(ids[i])
+                input_ids[row, :n] = ids[i]
+                mask[row, :n] = 1
+                if expand:
+                    input_ids[row, n:] = self.tokenizer.mask_id
+                    if settings.attend_to_expansion_tokens:
+                        mask[row, n:] = 1
+            vecs = self.backend.forward(input_ids, mask)  # (B, L, dim)
+            for row, i in enumerate(batch):
+                n = lengths[i] if expand else len(ids[i])
+                v = vecs[row, :n]
+                if skip:
+                    keep = np.fromiter((t not in skip for t in ids[i]), bool, count=len(ids[i]))
+                    v = v[keep]
+                out[i] = np.ascontiguousarray(v)
+            if progress is not None:
+                progress(len(batch))
+        return out

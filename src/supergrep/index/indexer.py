@@ -1,0 +1,271 @@
+"""Bring an index up to date with its project: incremental, batched, crash-safe.
+
+A file is re-read only when its size or mtime changed, and re-embedded only when its content
+hash changed; even then, chunks whose text is unchanged (anywhere in the index) reuse their
+stored vectors, so editing one function re-encodes about one chunk. Deleted and renamed
+files leave the index. Work is committed in batches, each one SQLite transaction that also
+records the batch's vector segment: ``kill -9`` at any moment leaves the last committed state,
+and the next run carries on from there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from supergrep.config import Config
+from supergrep.corpus.chunk import chunk_source, split_chunk
+from supergrep.corpus.types import Chunk, Source
+from supergrep.corpus.walk import FileContent, SkipFile, WalkStats, read_source, walk
+from supergrep.errors import UsageError
+from supergrep.index.format import crashpoint
+from supergrep.index.project import Index
+
+if TYPE_CHECKING:
+    from supergrep.encoder.encoder import Encoder
+
+log = logging.getLogger(__name__)
+
+BATCH_CHUNKS = 1024  # chunks per commit: larger batches encode better, smaller lose less on a crash
+
+
+class Progress(Protocol):
+    def start(self, total_files: int) -> None: ...
+    def advance(self, n_files: int) -> None: ...
+    def finish(self) -> None: ...
+
+
+@dataclass
+class IndexReport:
+    """What an index run did. ``lines_indexed`` counts the lines of the files (re)embedded."""
+
+    files: int = 0
+    chunks: int = 0
+    files_indexed: int = 0
+    files_removed: int = 0
+    files_unchanged: int = 0
+    chunks_embedded: int = 0
+    chunks_reused: int = 0
+    lines_indexed: int = 0
+    seconds: float = 0.0
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def lines_per_s(self) -> float:
+        return self.lines_indexed / self.seconds if self.seconds > 0 else 0.0
+
+
+def document_text(chunk: Chunk) -> str:
+    """What the model reads for a chunk: where it is and what it is called, then the code."""
+    head = f"{chunk.path} {chunk.symbol}".strip()
+    return f"{head}\n{chunk.text}"
+
+
+def model_record(encoder: Encoder) -> dict:
+    spec = encoder.spec
+    return {"name": spec.name, "fingerprint": encoder.fingerprint, "dim": encoder.dim,
+            "layout": spec.layout, "path": str(spec.path)}
+
+
+@dataclass
+class _Pending:
+    source: Source
+    content: FileContent
+    chunks: list[Chunk]
+    old_id: int | None
+
+
+def _count_lines(text: str) -> int:
+    return text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+
+
+class _Run:
+    def __init__(self, index: Index, encoder: Encoder, cfg: Config, progress: Progress | None):
+        self.index, self.encoder, self.cfg, self.progress = index, encoder, cfg, progress
+        self.report = IndexReport()
+        self.max_tokens = encoder.spec.settings.document_max_tokens
+
+    def _prepare(self, chunks: list[Chunk]) -> tuple[list[Chunk], list[str], list[int]]:
+        """Split chunks the model would truncate, and return (chunks, texts, token counts)."""
+        texts = [document_text(c) for c in chunks]
+        counts = self.encoder.count_tokens(texts, "document")
+        budget = max(8, int(self.max_tokens * 0.9))
+        out_chunks: list[Chunk] = []
+        for c, n in zip(chunks, counts, strict=True):
+            if n > self.max_tokens:
+                out_chunks.extend(split_chunk(c, math.ceil(n / budget), self.cfg.chunk.overlap_lines // 2))
+            else:
+                out_chunks.append(c)
+        if len(out_chunks) != len(chunks):
+            texts = [document_text(c) for c in out_chunks]
+            counts = self.encoder.count_tokens(texts, "document")
+        return out_chunks, texts, [min(n, self.max_tokens) for n in counts]
+
+    def flush(self, pending: list[_Pending]) -> None:
+        if not pending:
+            return
+        idx = self.index
+        per_file: list[tuple[list[Chunk], list[str], list[int]]] = [self._prepare(p.chunks) for p in pending]
+        hashes = [[hashlib.sha1(t.encode("utf-8", "surrogatepass")).hexdigest() for t in texts]
+                  for _, texts, _ in per_file]
+        flat_hashes = [h for hs in hashes for h in hs]
+        flat_texts = [t for _, texts, _ in per_file for t in texts]
+
+        # Vectors: reuse what the index already has for identical text, encode the rest once.
+        known = idx.chunks_by_hash(list(set(flat_hashes)))
+        vectors_by_hash: dict[str, np.ndarray] = {}
+        if known:
+            hs = list(known)
+            for h, v in zip(hs, idx.store.get(idx.conn, [known[h] for h in hs]), strict=True):
+                vectors_by_hash[h] = v
+        todo: dict[str, str] = {}
+        for h, t in zip(flat_hashes, flat_texts, strict=True):
+            if h not in vectors_by_hash:
+                todo.setdefault(h, t)
+        if todo:
+            encoded = self.encoder.encode_documents(list(todo.values()))
+            vectors_by_hash.update(zip(todo.keys(), encoded, strict=True))
+        self.report.chunks_embedded += len(todo)
+        self.report.chunks_reused += len(flat_hashes) - len(todo)
+
+        conn = idx.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            new_ids: list[int] = []
+            new_vecs: list[np.ndarray] = []
+            old = [p.old_id for p in pending if p.old_id is not None]
+            idx.remove_files(old)
+            for p, (chunks, _, counts), hs in zip(pending, per_file, hashes, strict=True):
+                ids = idx.add_file(p.source.path, p.source.language, p.source.size, p.source.mtime_ns,
+                                   p.content.sha256, _count_lines(p.content.text), chunks, hs, counts)
+                new_ids += ids
+                new_vecs += [vectors_by_hash[h] for h in hs]
+            idx.store.add(conn, new_ids, new_vecs)
+            idx.set_meta("updated", repr(time.time()))
+            crashpoint("batch_before_commit")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        crashpoint("batch_committed")
+        self.report.files_indexed += len(pending)
+        self.report.lines_indexed += sum(_count_lines(p.content.text) for p in pending)
+        if self.progress:
+            self.progress.advance(len(pending))
+
+
+def update_index(index: Index, encoder: Encoder, cfg: Config | None = None, force: bool = False,
+                 progress: Progress | None = None) -> IndexReport:
+    """Index ``index.root`` with ``encoder``, incrementally.
+
+    Args:
+        index: The project's index (created when missing).
+        encoder: The model; an existing index built with another model is an error unless
+            ``force`` rebuilds it.
+        cfg: Walk and chunk settings.
+        force: Rebuild from scratch.
+        progress: Receives file counts as batches commit.
+
+    Raises:
+        ModelMismatchError: The index was built with another model (and not ``force``).
+        IndexBusyError: Another process keeps the write lock for too long.
+    """
+    cfg = cfg or Config()
+    t0 = time.perf_counter()
+    model = model_record(encoder)
+    with index.write_lock():
+        if index.exists():
+            manifest = index.manifest
+            if manifest.root != str(index.root):
+                raise UsageError(
+                    f"index dir {index.dir} belongs to {manifest.root}, not {index.root}; "
+                    "pick another --index-dir"
+                )
+            if force:
+                index.wipe()
+            else:
+                index.check_model(model["fingerprint"], model["name"])
+        if not index.exists():
+            index.wipe()  # leftovers of a crash during creation
+            index.create(model)
+        run = _Run(index, encoder, cfg, progress)
+        index.store.maintain(index.conn)  # clears orphans a crash may have left
+
+        stats = WalkStats()
+        known = index.file_states()
+        seen: set[str] = set()
+        changed: list[tuple[Source, int | None]] = []
+        touched: list[tuple[int, Source]] = []
+        for src in walk(index.root, cfg.walk, stats):
+            seen.add(src.path)
+            state = known.get(src.path)
+            if state is not None and state[1] == src.size and state[2] == src.mtime_ns:
+                run.report.files_unchanged += 1
+                continue
+            changed.append((src, state[0] if state else None))
+
+        removed = [known[p][0] for p in known if p not in seen]
+        if progress:
+            progress.start(len(changed))
+        pending: list[_Pending] = []
+        n_pending = 0
+        unreadable: list[int] = []
+        for src, old_id in changed:
+            try:
+                content = read_source(src, cfg.walk.max_file_bytes)
+            except SkipFile as skip:
+                stats.skip(skip.reason, src.path)
+                if old_id is not None:
+                    unreadable.append(old_id)
+                if progress:
+                    progress.advance(1)
+                continue
+            state = known.get(src.path)
+            if state is not None and state[3] == content.sha256:
+                touched.append((state[0], src))  # same bytes, new mtime: nothing to embed
+                run.report.files_unchanged += 1
+                if progress:
+                    progress.advance(1)
+                continue
+            chunks = chunk_source(src.path, content.text, src.language, cfg.chunk)
+            pending.append(_Pending(src, content, chunks, old_id))
+            n_pending += len(chunks)
+            if n_pending >= BATCH_CHUNKS:
+                run.flush(pending)
+                pending, n_pending = [], 0
+        run.flush(pending)
+
+        conn = index.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            index.remove_files(removed + unreadable)
+            for fid, src in touched:
+                index.touch_file(fid, src.size, src.mtime_ns)
+            if removed or unreadable or touched:
+                index.set_meta("updated", repr(time.time()))
+            if index.meta("updated") is None:
+                index.set_meta("updated", repr(time.time()))
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        index.store.maintain(conn)
+        if progress:
+            progress.finish()
+
+        rep = run.report
+        rep.files_removed = len(removed) + len(unreadable)
+        rep.files, rep.chunks = conn.execute(
+            "SELECT (SELECT COUNT(*) FROM files), (SELECT COUNT(*) FROM chunks)"
+        ).fetchone()
+        rep.skipped = dict(stats.skipped)
+        rep.seconds = time.perf_counter() - t0
+        return rep

@@ -1,0 +1,322 @@
+"""An index of one project root: manifest, SQLite catalog (files, chunks, FTS5) and vectors."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import shutil
+import sqlite3
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from supergrep import __version__
+from supergrep.corpus.types import Chunk
+from supergrep.errors import IndexBusyError, IndexCorruptError, IndexMissingError, ModelMismatchError
+from supergrep.index.format import (
+    DB_FILE,
+    LOCK_FILE,
+    MANIFEST,
+    VECTOR_DIR,
+    Manifest,
+    connect,
+    default_index_dir,
+)
+from supergrep.index.store import SegmentStore, VectorStore
+from supergrep.scoring.bm25 import code_terms, query_terms
+
+log = logging.getLogger(__name__)
+
+# FTS5 bm25() column weights: path, symbol, body. A query word in the symbol name or the path
+# says more than one somewhere in a body.
+BM25_WEIGHTS = (2.0, 4.0, 1.0)
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    id: int
+    path: str
+    language: str
+    symbol: str
+    kind: str
+    start_line: int
+    end_line: int
+    part: int
+    text: str
+    n_tokens: int
+
+
+def find_project_root(start: Path) -> Path:
+    """The directory a search from ``start`` is about: the nearest ancestor that already has an
+    index, else the enclosing git work tree, else ``start`` itself."""
+    start = start.resolve()
+    for d in [start, *start.parents]:
+        if (default_index_dir(d) / MANIFEST).is_file():
+            return d
+    try:
+        out = subprocess.run(["git", "-C", str(start), "rev-parse", "--show-toplevel"],
+                             capture_output=True, text=True, timeout=5)
+        if out.returncode == 0 and out.stdout.strip():
+            return Path(out.stdout.strip()).resolve()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return start
+
+
+class Index:
+    """One project's index.
+
+    Args:
+        root: The project root directory.
+        index_dir: Where the index lives; default ``$SUPERGREP_HOME/indexes/<name>-<hash>``.
+    """
+
+    def __init__(self, root: Path, index_dir: Path | None = None):
+        self.root = Path(root).resolve()
+        self.dir = Path(index_dir).resolve() if index_dir else default_index_dir(self.root)
+        self._conn: sqlite3.Connection | None = None
+        self._store: SegmentStore | None = None
+        self._manifest: Manifest | None = None
+
+    # --------------------------------------------------------------------------- opening
+    def exists(self) -> bool:
+        return (self.dir / MANIFEST).is_file() and (self.dir / DB_FILE).is_file()
+
+    @property
+    def manifest(self) -> Manifest:
+        if self._manifest is None:
+            m = Manifest.read(self.dir)
+            if m is None:
+                raise IndexMissingError(
+                    f"{self.root} has no index yet; run `supergrep index {self.root}` first"
+                )
+            self._manifest = m
+        return self._manifest
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            if not self.exists():
+                raise IndexMissingError(f"{self.root} has no index yet; run `supergrep index {self.root}` first")
+            self._conn = connect(self.dir)
+        return self._conn
+
+    @property
+    def store(self) -> VectorStore:
+        if self._store is None:
+            dim = int(self.manifest.model.get("dim", 0))
+            if dim <= 0:
+                raise IndexCorruptError(f"{self.dir / MANIFEST} has no model dim; run `supergrep index --force`")
+            self._store = SegmentStore(self.dir, dim)
+        return self._store
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        self._store = None
+
+    def create(self, model: dict) -> None:
+        """Create an empty index for ``model`` (name, fingerprint, dim, ...)."""
+        self.close()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / VECTOR_DIR).mkdir(exist_ok=True)
+        connect(self.dir).close()
+        m = Manifest(root=str(self.root), model=dict(model), supergrep_version=__version__)
+        m.write(self.dir)  # last: an index "exists" once its manifest does
+        self._manifest = m
+
+    def wipe(self) -> None:
+        """Delete the index's files (the caller holds the write lock)."""
+        self.close()
+        self._manifest = None
+        for name in (MANIFEST, DB_FILE, DB_FILE + "-wal", DB_FILE + "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                (self.dir / name).unlink()
+        shutil.rmtree(self.dir / VECTOR_DIR, ignore_errors=True)
+
+    def check_model(self, fingerprint: str, name: str) -> None:
+        built = self.manifest.model
+        if built.get("fingerprint") != fingerprint:
+            raise ModelMismatchError(
+                f"the index of {self.root} was built with model '{built.get('name')}' "
+                f"({str(built.get('fingerprint', ''))[:12]}), not '{name}' ({fingerprint[:12]}); "
+                f"re-index with `supergrep index --force` or pass the index's --model-path "
+                f"{built.get('path', '')}".rstrip()
+            )
+
+    @contextlib.contextmanager
+    def write_lock(self, wait_s: float = 600.0) -> Iterator[None]:
+        """Exclusive writer lock (flock: released by the OS if the process dies)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            deadline = time.monotonic() + wait_s
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise IndexBusyError(
+                            f"another supergrep process is updating {self.dir}; wait for it to finish"
+                        ) from None
+                    time.sleep(0.1)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    # ----------------------------------------------------------------------- catalog reads
+    def meta(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def file_states(self) -> dict[str, tuple[int, int, int, str]]:
+        """path -> (file id, size, mtime_ns, sha256)."""
+        return {
+            path: (fid, size, mtime, sha)
+            for fid, path, size, mtime, sha in self.conn.execute(
+                "SELECT id, path, size, mtime_ns, sha256 FROM files"
+            )
+        }
+
+    def chunks(self, ids: list[int]) -> dict[int, ChunkRow]:
+        out: dict[int, ChunkRow] = {}
+        ids = [int(i) for i in ids]
+        for start in range(0, len(ids), 500):
+            part = ids[start : start + 500]
+            marks = ",".join("?" * len(part))
+            for row in self.conn.execute(
+                "SELECT c.id, f.path, c.language, c.symbol, c.kind, c.start_line, c.end_line, c.part,"
+                f" c.text, c.n_tokens FROM chunks c JOIN files f ON f.id = c.file_id WHERE c.id IN ({marks})",
+                part,
+            ):
+                out[row[0]] = ChunkRow(*row)
+        return out
+
+    def chunks_by_hash(self, hashes: list[str]) -> dict[str, int]:
+        """text hash -> one chunk id carrying it (so unchanged text reuses stored vectors)."""
+        out: dict[str, int] = {}
+        for start in range(0, len(hashes), 500):
+            part = hashes[start : start + 500]
+            marks = ",".join("?" * len(part))
+            for h, cid in self.conn.execute(
+                f"SELECT text_hash, MIN(id) FROM chunks WHERE text_hash IN ({marks}) GROUP BY text_hash", part
+            ):
+                out[h] = cid
+        return out
+
+    def filter_ids(self, languages: list[str] | None = None, path_prefix: str | None = None,
+                   exclude_globs: list[str] | None = None) -> np.ndarray | None:
+        """Sorted chunk ids passing the filters, or None when there is no filter."""
+        if not languages and not path_prefix and not exclude_globs:
+            return None
+        sql = "SELECT c.id, f.path FROM chunks c JOIN files f ON f.id = c.file_id WHERE 1=1"
+        args: list = []
+        if languages:
+            sql += f" AND c.language IN ({','.join('?' * len(languages))})"
+            args += languages
+        if path_prefix:
+            prefix = path_prefix.strip("/")
+            if prefix and prefix != ".":
+                sql += " AND (f.path = ? OR substr(f.path, 1, ?) = ?)"
+                args += [prefix, len(prefix) + 1, prefix + "/"]
+        rows = self.conn.execute(sql, args).fetchall()
+        if exclude_globs:
+            import pathspec
+
+            spec = pathspec.GitIgnoreSpec.from_lines(exclude_globs)
+            bad = {p for p in {r[1] for r in rows} if spec.match_file(p)}
+            rows = [r for r in rows if r[1] not in bad]
+        return np.array(sorted(r[0] for r in rows), dtype=np.int64)
+
+    def lexical(self, query: str, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 (SQLite FTS5) over path, symbol and body terms; scores are positive, higher better."""
+        terms = query_terms(query)
+        if not terms:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        match = " OR ".join(f'"{t}"' for t in terms)
+        limit = k if allowed is None else max(10 * k, 2000)
+        w = ", ".join(str(x) for x in BM25_WEIGHTS)
+        rows = self.conn.execute(
+            f"SELECT rowid, bm25(chunks_fts, {w}) AS s FROM chunks_fts WHERE chunks_fts MATCH ?"
+            " ORDER BY s LIMIT ?",
+            (match, limit),
+        ).fetchall()
+        if allowed is not None:
+            ok = set(allowed.tolist())
+            rows = [r for r in rows if r[0] in ok][:k]
+        ids = np.array([r[0] for r in rows], dtype=np.int64)
+        return ids, -np.array([r[1] for r in rows], dtype=np.float32)
+
+    def stats(self) -> dict:
+        """The `status` figures: model, files, chunks, vectors, bytes, updated."""
+        files, lines = self.conn.execute("SELECT COUNT(*), COALESCE(SUM(n_lines), 0) FROM files").fetchone()
+        chunks = self.conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+        vec = self.store.stats(self.conn)
+        on_disk = sum(p.stat().st_size for p in self.dir.rglob("*") if p.is_file())
+        updated = self.meta("updated")
+        return {
+            "root": str(self.root),
+            "index_dir": str(self.dir),
+            "model": self.manifest.model,
+            "files": files,
+            "lines": lines,
+            "chunks": chunks,
+            "vectors": vec["vectors"],
+            "bytes": on_disk,
+            "updated": float(updated) if updated else None,
+            "format_version": self.manifest.format_version,
+        }
+
+    # ---------------------------------------------------------------------- catalog writes
+    def remove_files(self, file_ids: list[int]) -> None:
+        """Drop files and their chunks (inside the caller's write transaction)."""
+        conn = self.conn
+        for fid in file_ids:
+            cids = [r[0] for r in conn.execute("SELECT id FROM chunks WHERE file_id = ?", (fid,))]
+            self.store.remove(conn, cids)
+            conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", [(c,) for c in cids])
+            conn.execute("DELETE FROM chunks WHERE file_id = ?", (fid,))
+            conn.execute("DELETE FROM files WHERE id = ?", (fid,))
+
+    def add_file(self, path: str, language: str | None, size: int, mtime_ns: int, sha256: str,
+                 n_lines: int, chunks: list[Chunk], hashes: list[str], n_tokens: list[int]) -> list[int]:
+        """Insert a file and its chunk rows (inside the caller's write transaction).
+
+        Returns:
+            The new chunk ids, in the order of ``chunks``.
+        """
+        conn = self.conn
+        cur = conn.execute(
+            "INSERT INTO files (path, language, size, mtime_ns, sha256, n_lines, indexed_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (path, language, size, mtime_ns, sha256, n_lines, time.time()),
+        )
+        fid = cur.lastrowid
+        ids: list[int] = []
+        for c, h, n in zip(chunks, hashes, n_tokens, strict=True):
+            cur = conn.execute(
+                "INSERT INTO chunks (file_id, symbol, kind, language, start_line, end_line, part, text,"
+                " text_hash, n_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (fid, c.symbol, c.kind, c.language, c.start_line, c.end_line, c.part, c.text, h, n),
+            )
+            cid = cur.lastrowid
+            ids.append(cid)
+            conn.execute(
+                "INSERT INTO chunks_fts (rowid, path, symbol, body) VALUES (?, ?, ?, ?)",
+                (cid, " ".join(code_terms(path)), " ".join(code_terms(c.symbol)), " ".join(code_terms(c.text))),
+            )
+        return ids
+
+    def touch_file(self, file_id: int, size: int, mtime_ns: int) -> None:
+        self.conn.execute("UPDATE files SET size = ?, mtime_ns = ? WHERE id = ?", (size, mtime_ns, file_id))
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))

@@ -1,0 +1,390 @@
+"""Token-vector storage behind one interface, and its exact, memory-mapped implementation.
+
+``VectorStore`` is what the indexer and the searcher talk to. Writes happen inside the caller's
+SQLite write transaction: ``add`` makes its files durable first and then records them in that
+transaction, so vectors become visible exactly when the chunk rows that own them do. A
+compressed, candidate-generating store (PLAID/WARP-style) implements the same methods.
+
+``SegmentStore`` keeps float16 vectors in immutable, memory-mapped segment files (LSM-style):
+updates add segments and tombstone removed chunks; ``maintain`` merges small segments and
+rewrites those that are mostly dead. Search is exact MaxSim over every live chunk, in blocks,
+so memory stays bounded whatever the index size.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sqlite3
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from supergrep.errors import IndexCorruptError
+from supergrep.index.format import VECTOR_DIR, crashpoint, fsync_dir
+from supergrep.scoring.maxsim import maxsim_packed, top_k
+
+log = logging.getLogger(__name__)
+
+
+class VectorStore(ABC):
+    """Token vectors keyed by integer chunk id."""
+
+    dim: int
+
+    @abstractmethod
+    def add(self, conn: sqlite3.Connection, chunk_ids: list[int], vectors: list[np.ndarray]) -> None:
+        """Store vectors for new chunk ids, inside the caller's open write transaction."""
+
+    @abstractmethod
+    def remove(self, conn: sqlite3.Connection, chunk_ids: list[int]) -> None:
+        """Forget chunk ids, inside the caller's open write transaction."""
+
+    @abstractmethod
+    def search(self, conn: sqlite3.Connection, query: np.ndarray, k: int,
+               allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` chunks by MaxSim.
+
+        Args:
+            query: (q_tokens, dim) float32 unit rows.
+            k: Number of results.
+            allowed: Sorted int64 chunk ids that may be returned; None allows all.
+
+        Returns:
+            (chunk ids, scores), best first.
+        """
+
+    @abstractmethod
+    def score(self, conn: sqlite3.Connection, query: np.ndarray, chunk_ids: list[int]) -> np.ndarray:
+        """Exact MaxSim of the query against the given chunks (missing ids score -inf)."""
+
+    @abstractmethod
+    def get(self, conn: sqlite3.Connection, chunk_ids: list[int]) -> list[np.ndarray]:
+        """The stored (n_tokens, dim) float32 vectors of each chunk id."""
+
+    @abstractmethod
+    def maintain(self, conn: sqlite3.Connection) -> None:
+        """Housekeeping by the (locked) writer: compaction, removal of orphaned files."""
+
+    @abstractmethod
+    def stats(self, conn: sqlite3.Connection) -> dict:
+        """{"vectors": live token vectors, "bytes": bytes on disk}."""
+
+
+@dataclass
+class _Segment:
+    id: int
+    vectors: np.ndarray  # (n_tokens, dim) float16, memory-mapped
+    layout: np.ndarray  # (n_chunks, 3) int64: chunk id, first token, n_tokens; sorted by id
+
+
+_SEG_RE = re.compile(r"seg-(\d{8})(\.layout)?\.npy$")
+
+
+class SegmentStore(VectorStore):
+    """Exact store: float16 token vectors in immutable memory-mapped segments.
+
+    Args:
+        index_dir: The index directory (segments live in ``vectors/`` under it).
+        dim: Vector dimension.
+        block_tokens: Token vectors converted to float32 and scored at a time (bounds memory:
+            block_tokens * dim * 4 bytes plus q_tokens * block_tokens * 4 bytes).
+    """
+
+    MERGE_MAX_SEGMENTS = 12  # more live segments than this: merge the smallest
+    REWRITE_DEAD_FRACTION = 0.35  # a segment with more dead vectors than this gets rewritten
+
+    def __init__(self, index_dir: Path, dim: int, block_tokens: int = 32768):
+        self.dir = Path(index_dir) / VECTOR_DIR
+        self.dim = dim
+        self.block_tokens = block_tokens
+        self._cache: dict[int, _Segment] = {}
+
+    # ----------------------------------------------------------------------------- files
+    def _paths(self, seg: int) -> tuple[Path, Path]:
+        return self.dir / f"seg-{seg:08d}.npy", self.dir / f"seg-{seg:08d}.layout.npy"
+
+    def _write_npy(self, path: Path, array: np.ndarray) -> int:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as fh:
+            np.save(fh, array, allow_pickle=False)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        return path.stat().st_size
+
+    def _load(self, seg: int) -> _Segment:
+        cached = self._cache.get(seg)
+        if cached is not None:
+            return cached
+        vec_path, layout_path = self._paths(seg)
+        try:
+            vectors = np.load(vec_path, mmap_mode="r", allow_pickle=False)
+            layout = np.load(layout_path, allow_pickle=False)
+        except FileNotFoundError:
+            raise
+        except (ValueError, OSError) as exc:
+            raise IndexCorruptError(
+                f"segment {vec_path.name} is unreadable ({exc}); run `supergrep index --force`"
+            ) from None
+        if vectors.ndim != 2 or vectors.shape[1] != self.dim or layout.ndim != 2 or layout.shape[1] != 3:
+            raise IndexCorruptError(f"segment {vec_path.name} has the wrong shape; run `supergrep index --force`")
+        s = _Segment(seg, vectors, layout)
+        self._cache[seg] = s
+        return s
+
+    def _new_segment_id(self, conn: sqlite3.Connection) -> int:
+        top = conn.execute("SELECT COALESCE(MAX(id), 0) FROM segments").fetchone()[0]
+        on_disk = [int(m.group(1)) for p in self._listdir() if (m := _SEG_RE.match(p))]
+        return max([top, *on_disk]) + 1
+
+    def _listdir(self) -> list[str]:
+        try:
+            return os.listdir(self.dir)
+        except FileNotFoundError:
+            return []
+
+    def _write_segment(self, conn: sqlite3.Connection, chunk_ids: list[int], vectors: list[np.ndarray]) -> int:
+        """Write one durable segment and record it (and where each chunk lives) in ``conn``."""
+        order = np.argsort(np.asarray(chunk_ids, dtype=np.int64), kind="stable")
+        ids = np.asarray(chunk_ids, dtype=np.int64)[order]
+        lengths = np.array([len(vectors[i]) for i in order], dtype=np.int64)
+        if len(lengths) and lengths.min() <= 0:
+            raise ValueError("every chunk needs at least one token vector")
+        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        packed = (np.concatenate([vectors[i] for i in order]).astype(np.float16) if len(order)
+                  else np.zeros((0, self.dim), np.float16))  # (n_tokens, dim)
+        if packed.shape[1] != self.dim:
+            raise ValueError(f"vectors have dim {packed.shape[1]}, the index stores {self.dim}")
+        layout = np.stack([ids, offsets, lengths], axis=1) if len(ids) else np.zeros((0, 3), np.int64)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        seg = self._new_segment_id(conn)
+        vec_path, layout_path = self._paths(seg)
+        size = self._write_npy(vec_path, packed)
+        crashpoint("between_segment_files")
+        size += self._write_npy(layout_path, layout)
+        fsync_dir(self.dir)
+        crashpoint("segment_written")
+        conn.execute(
+            "INSERT INTO segments (id, n_chunks, n_vectors, bytes, created) VALUES (?, ?, ?, ?, ?)",
+            (seg, len(ids), int(lengths.sum()), size, time.time()),
+        )
+        conn.executemany(
+            "INSERT OR REPLACE INTO vec_chunks (chunk_id, seg, offset, n) VALUES (?, ?, ?, ?)",
+            [(int(i), seg, int(o), int(n)) for i, o, n in layout],
+        )
+        return seg
+
+    # ---------------------------------------------------------------------------- writes
+    def add(self, conn: sqlite3.Connection, chunk_ids: list[int], vectors: list[np.ndarray]) -> None:
+        if len(chunk_ids) != len(vectors):
+            raise ValueError("one vector matrix per chunk id")
+        if chunk_ids:
+            self._write_segment(conn, chunk_ids, vectors)
+
+    def remove(self, conn: sqlite3.Connection, chunk_ids: list[int]) -> None:
+        if not chunk_ids:
+            return
+        rows: list[tuple[int, int, int]] = []
+        for start in range(0, len(chunk_ids), 500):
+            part = chunk_ids[start : start + 500]
+            marks = ",".join("?" * len(part))
+            rows += conn.execute(
+                f"SELECT chunk_id, seg, n FROM vec_chunks WHERE chunk_id IN ({marks})", part
+            ).fetchall()
+        conn.executemany("INSERT OR IGNORE INTO tombstones (chunk_id, seg) VALUES (?, ?)",
+                         [(cid, seg) for cid, seg, _ in rows])
+        conn.executemany("DELETE FROM vec_chunks WHERE chunk_id = ?", [(cid,) for cid, _, _ in rows])
+        dead: dict[int, list[int]] = {}
+        for _, seg, n in rows:
+            d = dead.setdefault(seg, [0, 0])
+            d[0] += 1
+            d[1] += n
+        conn.executemany(
+            "UPDATE segments SET dead_chunks = dead_chunks + ?, dead_vectors = dead_vectors + ? WHERE id = ?",
+            [(c, v, seg) for seg, (c, v) in dead.items()],
+        )
+
+    # ----------------------------------------------------------------------------- reads
+    def _snapshot(self, conn: sqlite3.Connection) -> tuple[list[int], np.ndarray]:
+        """Live segment ids and all tombstoned chunk ids, read in one transaction."""
+        own_tx = not conn.in_transaction  # a writer reading inside its own transaction is consistent
+        if own_tx:
+            conn.execute("BEGIN")
+        try:
+            segs = [r[0] for r in conn.execute("SELECT id FROM segments ORDER BY id")]
+            dead = np.fromiter((r[0] for r in conn.execute("SELECT chunk_id FROM tombstones")), np.int64)
+        finally:
+            if own_tx:
+                conn.execute("COMMIT")
+        dead.sort()
+        return segs, dead
+
+    def _with_retry(self, conn: sqlite3.Connection, fn):
+        """Run ``fn(segments, dead)``; a compaction may delete a segment between our snapshot and
+        opening its file, so re-snapshot and retry (files we already mapped stay readable)."""
+        for attempt in range(3):
+            segs, dead = self._snapshot(conn)
+            try:
+                return fn(segs, dead)
+            except FileNotFoundError:
+                self._cache.clear()
+                if attempt == 2:
+                    raise IndexCorruptError(
+                        "segment files are missing; run `supergrep index --force` to rebuild"
+                    ) from None
+        raise AssertionError("unreachable")
+
+    def _segment_scores(self, seg: _Segment, query: np.ndarray, keep: np.ndarray) -> np.ndarray:
+        """MaxSim of the query against the segment's chunks where ``keep`` is True (else -inf)."""
+        layout = seg.layout
+        scores = np.full(len(layout), -np.inf, dtype=np.float32)
+        if not keep.any():
+            return scores
+        offsets, lengths = layout[:, 1], layout[:, 2]
+        i, n = 0, len(layout)
+        while i < n:
+            # A block: whole chunks, about block_tokens token vectors (at least one chunk).
+            start_tok = offsets[i]
+            j = int(np.searchsorted(offsets, start_tok + self.block_tokens, side="left"))
+            j = max(j, i + 1)
+            if keep[i:j].any():
+                end_tok = offsets[j - 1] + lengths[j - 1]
+                block = seg.vectors[start_tok:end_tok]  # (t, dim) float16 view of the mmap
+                scores[i:j] = maxsim_packed(query, block, offsets[i:j] - start_tok)
+            i = j
+        scores[~keep] = -np.inf
+        return scores
+
+    def search(self, conn: sqlite3.Connection, query: np.ndarray, k: int,
+               allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        query = np.ascontiguousarray(query, dtype=np.float32)
+
+        def run(segs: list[int], dead: np.ndarray):
+            all_ids, all_scores = [], []
+            for sid in segs:
+                seg = self._load(sid)
+                ids = seg.layout[:, 0]
+                keep = ~np.isin(ids, dead, assume_unique=False) if len(dead) else np.ones(len(ids), bool)
+                if allowed is not None:
+                    keep &= np.isin(ids, allowed)
+                scores = self._segment_scores(seg, query, keep)
+                best = top_k(scores, k)
+                best = best[np.isfinite(scores[best])]
+                all_ids.append(ids[best])
+                all_scores.append(scores[best])
+            if not all_ids:
+                return np.zeros(0, np.int64), np.zeros(0, np.float32)
+            ids = np.concatenate(all_ids)
+            scores = np.concatenate(all_scores)
+            order = top_k(scores, k)
+            return ids[order], scores[order]
+
+        return self._with_retry(conn, run)
+
+    def _locate(self, conn: sqlite3.Connection, chunk_ids: list[int]) -> dict[int, tuple[int, int, int]]:
+        found: dict[int, tuple[int, int, int]] = {}
+        for start in range(0, len(chunk_ids), 500):
+            part = [int(c) for c in chunk_ids[start : start + 500]]
+            marks = ",".join("?" * len(part))
+            for cid, seg, off, n in conn.execute(
+                f"SELECT chunk_id, seg, offset, n FROM vec_chunks WHERE chunk_id IN ({marks})", part
+            ):
+                found[cid] = (seg, off, n)
+        return found
+
+    def get(self, conn: sqlite3.Connection, chunk_ids: list[int]) -> list[np.ndarray]:
+        def run(_segs, _dead):
+            where = self._locate(conn, chunk_ids)
+            out = []
+            for cid in chunk_ids:
+                if int(cid) not in where:
+                    raise KeyError(f"chunk {cid} has no vectors")
+                seg, off, n = where[int(cid)]
+                out.append(np.asarray(self._load(seg).vectors[off : off + n], dtype=np.float32))
+            return out
+
+        return self._with_retry(conn, run)
+
+    def score(self, conn: sqlite3.Connection, query: np.ndarray, chunk_ids: list[int]) -> np.ndarray:
+        query = np.ascontiguousarray(query, dtype=np.float32)
+
+        def run(_segs, _dead):
+            where = self._locate(conn, chunk_ids)
+            out = np.full(len(chunk_ids), -np.inf, dtype=np.float32)
+            for i, cid in enumerate(chunk_ids):
+                loc = where.get(int(cid))
+                if loc is not None:
+                    seg, off, n = loc
+                    out[i] = maxsim_packed(query, self._load(seg).vectors[off : off + n], np.zeros(1, np.int64))[0]
+            return out
+
+        return self._with_retry(conn, run)
+
+    # ----------------------------------------------------------------------- maintenance
+    def maintain(self, conn: sqlite3.Connection) -> None:
+        self._collect_garbage(conn)
+        rows = conn.execute(
+            "SELECT id, n_vectors, dead_vectors FROM segments ORDER BY n_vectors - dead_vectors"
+        ).fetchall()
+        victims = [sid for sid, n, dead in rows if n == 0 or dead > self.REWRITE_DEAD_FRACTION * n]
+        live = [r for r in rows if r[0] not in victims]
+        if len(live) > self.MERGE_MAX_SEGMENTS:
+            # Merge the smallest segments until the count is back to half the limit.
+            victims += [sid for sid, _, _ in live[: len(live) - self.MERGE_MAX_SEGMENTS // 2]]
+        if victims:
+            self._rewrite(conn, victims)
+            self._collect_garbage(conn)
+
+    def _rewrite(self, conn: sqlite3.Connection, victims: list[int]) -> None:
+        """Copy the live chunks of ``victims`` into one new segment, in one transaction."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            dead = {r[0] for r in conn.execute("SELECT chunk_id FROM tombstones")}
+            ids: list[int] = []
+            vecs: list[np.ndarray] = []
+            for sid in victims:
+                seg = self._load(sid)
+                for cid, off, n in seg.layout:
+                    if int(cid) not in dead:
+                        ids.append(int(cid))
+                        vecs.append(np.asarray(seg.vectors[off : off + n]))
+            if ids:
+                self._write_segment(conn, ids, vecs)
+            marks = ",".join("?" * len(victims))
+            conn.execute(f"DELETE FROM tombstones WHERE seg IN ({marks})", victims)
+            conn.execute(f"DELETE FROM segments WHERE id IN ({marks})", victims)
+            crashpoint("compaction_before_commit")
+            conn.execute("COMMIT")
+            crashpoint("compaction_committed")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        for sid in victims:
+            self._cache.pop(sid, None)
+        log.info("compacted %d segments into one (%d chunks)", len(victims), len(ids))
+
+    def _collect_garbage(self, conn: sqlite3.Connection) -> None:
+        """Delete segment files no committed row refers to (a crash before commit, or a
+        compaction whose old files were not yet removed), and stale temp files."""
+        live = {r[0] for r in conn.execute("SELECT id FROM segments")}
+        for name in self._listdir():
+            m = _SEG_RE.match(name)
+            stale_tmp = name.startswith(".") and name.endswith(".tmp")
+            if (m and int(m.group(1)) not in live) or stale_tmp:
+                try:
+                    os.unlink(self.dir / name)
+                except OSError:
+                    pass
+                if m:
+                    self._cache.pop(int(m.group(1)), None)
+
+    def stats(self, conn: sqlite3.Connection) -> dict:
+        n, size = conn.execute(
+            "SELECT COALESCE(SUM(n_vectors - dead_vectors), 0), COALESCE(SUM(bytes), 0) FROM segments"
+        ).fetchone()
+        return {"vectors": int(n), "bytes": int(size)}

@@ -1,0 +1,1 @@
+"""Pure scoring functions (NumPy only): MaxSim, code-aware lexical terms, rank fusion."""

@@ -1,0 +1,61 @@
+"""Hybrid fusion of the semantic and lexical rankings."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def weighted_rrf(rankings: Sequence[Sequence[int]], weights: Sequence[float], k: int = 60) -> dict[int, float]:
+    """Weighted reciprocal-rank fusion (Cormack et al., 2009): ``sum_i w_i / (k + rank_i)``.
+
+    Args:
+        rankings: Each a list of ids, best first (rank 1 = first).
+        weights: One weight per ranking.
+        k: Damping constant; larger k flattens the head of each ranking.
+
+    Returns:
+        id -> fused score (higher is better).
+
+    >>> s = weighted_rrf([[7, 8], [8, 9]], [1.0, 1.0], k=0)
+    >>> sorted(s.items())  # 8: 1/2 + 1/1
+    [(7, 1.0), (8, 1.5), (9, 0.5)]
+    """
+    scores: dict[int, float] = {}
+    for ranking, w in zip(rankings, weights, strict=True):
+        if w == 0:
+            continue
+        for rank, doc in enumerate(ranking, start=1):
+            scores[doc] = scores.get(doc, 0.0) + w / (k + rank)
+    return scores
+
+
+def minmax(values: dict[int, float]) -> dict[int, float]:
+    """Scale scores to [0, 1] (all equal -> all 1).
+
+    >>> minmax({1: 2.0, 2: 4.0, 3: 3.0})
+    {1: 0.0, 2: 1.0, 3: 0.5}
+    """
+    if not values:
+        return {}
+    lo, hi = min(values.values()), max(values.values())
+    if hi == lo:
+        return {d: 1.0 for d in values}
+    return {d: (v - lo) / (hi - lo) for d, v in values.items()}
+
+
+def weighted_scores(parts: Sequence[dict[int, float]], weights: Sequence[float]) -> dict[int, float]:
+    """Score-level fusion: min-max normalise each score list, then a weighted sum.
+
+    An id missing from a list gets 0 from it.
+
+    >>> weighted_scores([{1: 0.0, 2: 1.0}, {1: 5.0, 3: 1.0}], [1.0, 0.5])
+    {1: 0.5, 2: 1.0, 3: 0.0}
+    """
+    out: dict[int, float] = {}
+    for part, w in zip(parts, weights, strict=True):
+        for d, v in minmax(part).items():
+            out[d] = out.get(d, 0.0) + w * v
+    for part in parts:
+        for d in part:
+            out.setdefault(d, 0.0)
+    return out
