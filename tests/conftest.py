@@ -41,5 +41,66 @@ def make_tiny_bert(path: Path, hidden: int = 32, seed: int = 0) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_bert_factory():
+    """``make_tiny_bert(path, hidden=..., seed=...)`` for tests that need a second model."""
+    return make_tiny_bert
+
+
+@pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
     return make_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder(tiny_model):
+    from supergrep.encoder.encoder import Encoder
+    from supergrep.encoder.spec import resolve_model
+
+    return Encoder(resolve_model(tiny_model), device="cpu")
+
+
+SAMPLE_FILES = {
+    "app/models.py": '''"""User and session models."""
+
+import hashlib
+
+
+class User:
+    """A registered user."""
+
+    name: str
+    email: str
+
+    def check_password(self, password):
+        """Compare a password against the stored hash."""
+        return hashlib.sha256(password.encode()).hexdigest() == self.password_hash
+
+
+def expire_sessions(sessions, now):
+    """Drop every session older than its time to live."""
+    return [s for s in sessions if s.created + s.ttl > now]
+''',
+    "app/retry.py": '''import time
+
+
+def retry_with_backoff(fn, attempts=5, base=0.5):
+    """Call fn until it succeeds, sleeping exponentially longer between tries."""
+    for i in range(attempts):
+        try:
+            return fn()
+        except Exception:
+            time.sleep(base * 2 ** i)
+    raise RuntimeError("gave up")
+''',
+    "docs/guide.md": "# Guide\n\nHow to configure the retry policy.\n\n## Sessions\n\nSessions expire.\n",
+}
+
+
+@pytest.fixture
+def sample_project(tmp_path):
+    root = tmp_path / "proj"
+    for rel, text in SAMPLE_FILES.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return root

@@ -46,6 +46,7 @@ class WalkConfig:
     respect_ignore_files: bool = _f(True, "Honour .gitignore, .ignore, .git/info/exclude and git's global excludes.")
     excluded_dirs: list = _f(list(DEFAULT_EXCLUDED_DIRS), "Directory names never descended into (vendored and generated code).")
     exclude_globs: list = _f([], "Extra gitignore-style patterns to leave out of the index.")
+    languages: list = _f([], "Only index these languages (names as in `-t`); empty means all.")
 
 
 @dataclass
@@ -60,17 +61,18 @@ class EncodeConfig:
     device: str = _f("auto", "Where to run the model: auto (CUDA > MPS > CPU), cpu, cuda, cuda:N or mps.")
     batch_tokens: int = _f(8192, "Token budget of one encoding batch (inputs are sorted by length first).")
     threads: int = _f(0, "CPU threads for encoding; 0 lets the framework decide.")
+    commit_chunks: int = _f(1024, "Chunks per committed batch while indexing (a crash loses at most one batch of work).")
 
 
 @dataclass
 class SearchConfig:
     mode: str = _f("hybrid", "semantic, lexical or hybrid.")
     limit: int = _f(10, "Number of results.")
-    fusion: str = _f("rrf", "How hybrid mode fuses the two rankings: rrf or score.")
+    fusion: str = _f("score", "How hybrid mode fuses the rankings: score (min-max MaxSim + weight * BM25/max BM25) or rrf.")
     rrf_k: int = _f(60, "The k of reciprocal-rank fusion: 1/(k + rank).")
-    semantic_weight: float = _f(1.0, "Weight of the semantic (MaxSim) ranking in hybrid fusion.")
-    lexical_weight: float = _f(0.5, "Weight of the lexical (BM25) ranking in hybrid fusion.")
-    lexical_candidates: int = _f(200, "How many BM25 hits enter fusion.")
+    semantic_weight: float = _f(1.0, "Weight of the semantic (MaxSim) scores in hybrid fusion.")
+    lexical_weight: float = _f(0.15, "Weight of the lexical (BM25) scores in hybrid fusion (see docs/quality.md for how it was chosen).")
+    candidates: int = _f(200, "How many results of each scorer enter hybrid fusion.")
 
 
 @dataclass

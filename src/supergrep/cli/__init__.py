@@ -12,6 +12,7 @@ import sys
 import click
 
 from supergrep import __version__
+from supergrep.cli.cmd_eval import eval_cmd
 from supergrep.cli.cmd_index import index_cmd
 from supergrep.cli.cmd_search import search_cmd
 from supergrep.cli.cmd_status import chunks_cmd, clean_cmd, files_cmd, status_cmd
@@ -36,10 +37,11 @@ def cli() -> None:
       supergrep index [PATH]            index a project (incremental)
       supergrep "QUERY" [PATH]          search it (same as `supergrep search`)
       supergrep status | files | chunks FILE | clean
+      supergrep eval --queries Q.jsonl --corpus NAME=DIR   measure quality
     """
 
 
-for _cmd in (search_cmd, index_cmd, status_cmd, files_cmd, chunks_cmd, clean_cmd):
+for _cmd in (search_cmd, index_cmd, status_cmd, files_cmd, chunks_cmd, clean_cmd, eval_cmd):
     cli.add_command(_cmd)
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import click
 
 from supergrep.cli.common import Options, common_options
-from supergrep.cli.output import BarProgress, echo_json, hit_json, print_hits
+from supergrep.cli.output import echo_json, hit_json, print_hits
 from supergrep.corpus.languages import language_names
 from supergrep.errors import IndexMissingError, UsageError
-from supergrep.index.search import MODES, SearchFilters, Searcher
+from supergrep.index.search import MODES, Searcher, SearchFilters
 
 
 def locate(path: str | None) -> tuple[Path, str | None]:

@@ -40,7 +40,7 @@ class _Def:
     children: list[_Def] = field(default_factory=list)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _parser(grammar: str) -> Any:
     from tree_sitter_language_pack import get_parser
 

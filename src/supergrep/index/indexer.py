@@ -32,8 +32,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-BATCH_CHUNKS = 1024  # chunks per commit: larger batches encode better, smaller lose less on a crash
-
 
 class Progress(Protocol):
     def start(self, total_files: int) -> None: ...
@@ -203,7 +201,7 @@ def update_index(index: Index, encoder: Encoder, cfg: Config | None = None, forc
         seen: set[str] = set()
         changed: list[tuple[Source, int | None]] = []
         touched: list[tuple[int, Source]] = []
-        for src in walk(index.root, cfg.walk, stats):
+        for src in walk(index.root, cfg.walk, stats, set(cfg.walk.languages) or None):
             seen.add(src.path)
             state = known.get(src.path)
             if state is not None and state[1] == src.size and state[2] == src.mtime_ns:
@@ -237,7 +235,7 @@ def update_index(index: Index, encoder: Encoder, cfg: Config | None = None, forc
             chunks = chunk_source(src.path, content.text, src.language, cfg.chunk)
             pending.append(_Pending(src, content, chunks, old_id))
             n_pending += len(chunks)
-            if n_pending >= BATCH_CHUNKS:
+            if n_pending >= cfg.encode.commit_chunks:
                 run.flush(pending)
                 pending, n_pending = [], 0
         run.flush(pending)

@@ -18,7 +18,12 @@ import numpy as np
 
 from supergrep import __version__
 from supergrep.corpus.types import Chunk
-from supergrep.errors import IndexBusyError, IndexCorruptError, IndexMissingError, ModelMismatchError
+from supergrep.errors import (
+    IndexBusyError,
+    IndexCorruptError,
+    IndexMissingError,
+    ModelMismatchError,
+)
 from supergrep.index.format import (
     DB_FILE,
     LOCK_FILE,

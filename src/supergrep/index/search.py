@@ -12,7 +12,7 @@ import numpy as np
 from supergrep.config import SearchConfig
 from supergrep.errors import UsageError
 from supergrep.index.project import ChunkRow, Index
-from supergrep.scoring.fusion import weighted_rrf, weighted_scores
+from supergrep.scoring.fusion import score_fusion, weighted_rrf
 
 if TYPE_CHECKING:
     from supergrep.encoder.encoder import Encoder
@@ -90,9 +90,8 @@ class Searcher:
             self._checked = True
         return self._encoder  # type: ignore[return-value]
 
-    def semantic(self, query: str, k: int, allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        q = self.encoder.encode_queries([query])[0]  # (q_tokens, dim)
-        return self.index.store.search(self.index.conn, q, k, allowed)
+    def _query_vectors(self, query: str) -> np.ndarray:
+        return self.encoder.encode_queries([query])[0]  # (q_tokens, dim)
 
     def search(self, query: str, mode: str | None = None, limit: int | None = None,
                filters: SearchFilters | None = None, auto: bool = False) -> list[Hit]:
@@ -108,6 +107,8 @@ class Searcher:
         mode = mode or cfg.mode
         if mode not in MODES:
             raise UsageError(f"unknown mode '{mode}'; choose one of {', '.join(MODES)}")
+        if cfg.fusion not in ("score", "rrf"):
+            raise UsageError(f"unknown fusion '{cfg.fusion}'; use score or rrf")
         limit = limit or cfg.limit
         if not query.strip():
             raise UsageError("the query is empty; pass some words to search for")
@@ -117,19 +118,24 @@ class Searcher:
             return []
 
         sem_w, lex_w = cfg.semantic_weight, cfg.lexical_weight
-        if auto and mode == "hybrid":
-            if query_style(query) == "code":
-                lex_w = max(lex_w, sem_w)
+        if auto and mode == "hybrid" and query_style(query) == "code":
+            lex_w = max(lex_w, sem_w)  # identifiers: exact words matter as much as meaning
+        store, conn = self.index.store, self.index.conn
         sem: dict[int, float] = {}
         lex: dict[int, float] = {}
-        if mode in ("semantic", "hybrid"):
-            k = limit if mode == "semantic" else max(limit, cfg.lexical_candidates)
-            ids, scores = self.semantic(query, k, allowed)
-            sem = dict(zip(ids.tolist(), scores.tolist()))
         if mode in ("lexical", "hybrid"):
-            k = limit if mode == "lexical" else cfg.lexical_candidates
-            ids, scores = self.index.lexical(query, k, allowed)
-            lex = dict(zip(ids.tolist(), scores.tolist()))
+            ids, scores = self.index.lexical(query, limit if mode == "lexical" else cfg.candidates, allowed)
+            lex = dict(zip(ids.tolist(), scores.tolist(), strict=True))
+        if mode in ("semantic", "hybrid"):
+            q = self._query_vectors(query)
+            ids, scores = store.search(conn, q, limit if mode == "semantic" else max(limit, cfg.candidates), allowed)
+            sem = dict(zip(ids.tolist(), scores.tolist(), strict=True))
+            if mode == "hybrid" and cfg.fusion == "score":
+                # Exact MaxSim for BM25's candidates too, so every candidate has both scores.
+                missing = [d for d in lex if d not in sem]
+                if missing:
+                    extra = store.score(conn, q, missing)
+                    sem.update({d: float(v) for d, v in zip(missing, extra, strict=True) if np.isfinite(v)})
 
         if mode == "semantic":
             fused = sem
@@ -137,15 +143,8 @@ class Searcher:
             fused = lex
         elif cfg.fusion == "rrf":
             fused = weighted_rrf([list(sem), list(lex)], [sem_w, lex_w], cfg.rrf_k)
-        elif cfg.fusion == "score":
-            missing = [d for d in lex if d not in sem]
-            if missing:
-                q = self.encoder.encode_queries([query])[0]
-                extra = self.index.store.score(self.index.conn, q, missing)
-                sem.update({d: float(s) for d, s in zip(missing, extra, strict=True) if np.isfinite(s)})
-            fused = weighted_scores([sem, lex], [sem_w, lex_w])
         else:
-            raise UsageError(f"unknown fusion '{cfg.fusion}'; use rrf or score")
+            fused = score_fusion(sem, lex, sem_w, lex_w)
 
         best = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
         rows = self.index.chunks([d for d, _ in best])

@@ -43,19 +43,26 @@ def minmax(values: dict[int, float]) -> dict[int, float]:
     return {d: (v - lo) / (hi - lo) for d, v in values.items()}
 
 
-def weighted_scores(parts: Sequence[dict[int, float]], weights: Sequence[float]) -> dict[int, float]:
-    """Score-level fusion: min-max normalise each score list, then a weighted sum.
+def score_fusion(semantic: dict[int, float], lexical: dict[int, float], semantic_weight: float,
+                 lexical_weight: float) -> dict[int, float]:
+    """Score-level fusion over the union of both candidate lists.
 
-    An id missing from a list gets 0 from it.
+    The semantic scores (exact MaxSim, known for every candidate) are min-max scaled over the
+    candidates; BM25 scores are divided by the query's best BM25 score (BM25 has a natural
+    zero, so a candidate BM25 did not match gets 0). Then a weighted sum.
 
-    >>> weighted_scores([{1: 0.0, 2: 1.0}, {1: 5.0, 3: 1.0}], [1.0, 0.5])
-    {1: 0.5, 2: 1.0, 3: 0.0}
+    Args:
+        semantic: id -> MaxSim score, for every candidate.
+        lexical: id -> BM25 score (> 0), for the candidates BM25 matched.
+
+    >>> out = score_fusion({1: 10.0, 2: 12.0, 3: 11.0}, {1: 4.0, 3: 2.0}, 1.0, 0.5)
+    >>> {k: round(v, 3) for k, v in sorted(out.items())}
+    {1: 0.5, 2: 1.0, 3: 0.75}
     """
-    out: dict[int, float] = {}
-    for part, w in zip(parts, weights, strict=True):
-        for d, v in minmax(part).items():
-            out[d] = out.get(d, 0.0) + w * v
-    for part in parts:
-        for d in part:
-            out.setdefault(d, 0.0)
+    sem = minmax(semantic)
+    top = max(lexical.values(), default=0.0)
+    out = {d: semantic_weight * v for d, v in sem.items()}
+    if top > 0:
+        for d, v in lexical.items():
+            out[d] = out.get(d, 0.0) + lexical_weight * v / top
     return out

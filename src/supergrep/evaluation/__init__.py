@@ -1,0 +1,1 @@
+"""Retrieval quality: the hit rule, metrics, query files and the eval runner."""

@@ -1,0 +1,152 @@
+"""SegmentStore: exact MaxSim over memory-mapped segments, tombstones, compaction, garbage."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from supergrep.index.format import connect
+from supergrep.index.store import SegmentStore
+from supergrep.scoring.maxsim import maxsim
+
+DIM = 16
+
+
+def unit(rng, n):
+    v = rng.standard_normal((n, DIM)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+@pytest.fixture
+def store(tmp_path):
+    conn = connect(tmp_path)
+    return SegmentStore(tmp_path, DIM, block_tokens=64), conn
+
+
+def add(store, conn, ids, vecs):
+    conn.execute("BEGIN IMMEDIATE")
+    store.add(conn, ids, vecs)
+    conn.execute("COMMIT")
+
+
+def remove(store, conn, ids):
+    conn.execute("BEGIN IMMEDIATE")
+    store.remove(conn, ids)
+    conn.execute("COMMIT")
+
+
+def brute(query, docs: dict[int, np.ndarray], k):
+    # float16 storage: compare against the rounded vectors
+    scores = {i: maxsim(query, d.astype(np.float16).astype(np.float32)) for i, d in docs.items()}
+    return sorted(scores, key=lambda i: (-scores[i], i))[:k], scores
+
+
+def test_search_matches_brute_force_across_segments_and_blocks(store):
+    s, conn = store
+    rng = np.random.default_rng(0)
+    docs = {i: unit(rng, int(rng.integers(1, 40))) for i in range(1, 301)}
+    ids = list(docs)
+    for part in (ids[:100], ids[100:250], ids[250:]):  # three segments; blocks of 64 tokens
+        add(s, conn, part, [docs[i] for i in part])
+    q = unit(rng, 7)
+    got_ids, got_scores = s.search(conn, q, 10)
+    want, scores = brute(q, docs, 10)
+    assert got_ids.tolist() == want
+    np.testing.assert_allclose(got_scores, [scores[i] for i in want], rtol=1e-5)
+    # exact re-scoring of given ids, and the stored vectors back
+    np.testing.assert_allclose(s.score(conn, q, [5, 299, 12345])[:2], [scores[5], scores[299]], rtol=1e-5)
+    assert np.isneginf(s.score(conn, q, [12345])[0])
+    back = s.get(conn, [42])[0]
+    np.testing.assert_allclose(back, docs[42], atol=2e-3)
+
+
+def test_allowed_filter_and_tombstones(store):
+    s, conn = store
+    rng = np.random.default_rng(1)
+    docs = {i: unit(rng, 5) for i in range(1, 51)}
+    add(s, conn, list(docs), list(docs.values()))
+    q = docs[7][:2]  # tokens of doc 7: it must rank first
+    assert s.search(conn, q, 1)[0].tolist() == [7]
+    remove(s, conn, [7])
+    got = s.search(conn, q, 50)[0].tolist()
+    assert 7 not in got and len(got) == 49
+    allowed = np.array([3, 9, 11], dtype=np.int64)
+    assert sorted(s.search(conn, q, 10, allowed)[0].tolist()) == [3, 9, 11]
+    assert s.stats(conn)["vectors"] == 49 * 5
+
+
+def test_compaction_keeps_results_and_reclaims_space(store, tmp_path):
+    s, conn = store
+    rng = np.random.default_rng(2)
+    docs = {}
+    for seg in range(20):  # many small segments, as incremental updates make
+        part = {seg * 10 + i + 1: unit(rng, 3) for i in range(10)}
+        docs.update(part)
+        add(s, conn, list(part), list(part.values()))
+    dead = list(range(1, 200, 3))
+    remove(s, conn, dead)
+    for d in dead:
+        docs.pop(d)
+    q = unit(rng, 4)
+    before = s.search(conn, q, 15)[0].tolist()
+    s.maintain(conn)
+    n_segments = conn.execute("SELECT COUNT(*) FROM segments").fetchone()[0]
+    assert n_segments <= SegmentStore.MERGE_MAX_SEGMENTS
+    assert conn.execute("SELECT COUNT(*) FROM tombstones").fetchone()[0] < len(dead)
+    assert s.search(conn, q, 15)[0].tolist() == before == brute(q, docs, 15)[0]
+    files = {p.name for p in (tmp_path / "vectors").iterdir()}
+    live = {r[0] for r in conn.execute("SELECT id FROM segments")}
+    assert files == {f"seg-{i:08d}{sfx}.npy" for i in live for sfx in ("", ".layout")}
+
+
+def test_uncommitted_segment_is_invisible_and_collected(store, tmp_path):
+    s, conn = store
+    rng = np.random.default_rng(3)
+    add(s, conn, [1], [unit(rng, 3)])
+    conn.execute("BEGIN IMMEDIATE")
+    s.add(conn, [2], [unit(rng, 3)])
+    conn.execute("ROLLBACK")  # as if the process died before COMMIT
+    assert len(list((tmp_path / "vectors").glob("seg-*.layout.npy"))) == 2  # orphan on disk
+    assert s.search(conn, unit(rng, 2), 10)[0].tolist() == [1]
+    s.maintain(conn)
+    assert len(list((tmp_path / "vectors").glob("seg-*.layout.npy"))) == 1
+
+
+def test_reader_survives_compaction_by_another_connection(tmp_path):
+    rng = np.random.default_rng(4)
+    writer_conn = connect(tmp_path)
+    writer = SegmentStore(tmp_path, DIM)
+    docs = {i: unit(rng, 4) for i in range(1, 41)}
+    for i in range(1, 41, 2):
+        add(writer, writer_conn, [i, i + 1], [docs[i], docs[i + 1]])
+    reader_conn = connect(tmp_path, readonly=True)
+    reader = SegmentStore(tmp_path, DIM)
+    q = unit(rng, 3)
+    expected = reader.search(reader_conn, q, 5)[0].tolist()  # reader has mapped the old segments
+    writer.maintain(writer_conn)  # merges and deletes the old files
+    assert reader.search(reader_conn, q, 5)[0].tolist() == expected  # old maps still readable
+
+    # A fresh reader whose first snapshot predates the compaction names files that are gone:
+    # it must take a new snapshot and retry, not fail.
+    fresh = SegmentStore(tmp_path, DIM)
+    real = fresh._snapshot
+    stale = [list(range(1, 21)), np.zeros(0, np.int64)]
+    calls = []
+
+    def snapshot(conn):
+        calls.append(1)
+        return stale if len(calls) == 1 else real(conn)
+
+    fresh._snapshot = snapshot
+    assert fresh.search(reader_conn, q, 5)[0].tolist() == expected
+    assert len(calls) == 2
+
+
+def test_rejects_empty_chunk_and_wrong_dim(store):
+    s, conn = store
+    conn.execute("BEGIN IMMEDIATE")
+    with pytest.raises(ValueError):
+        s.add(conn, [1], [np.zeros((0, DIM), np.float32)])
+    with pytest.raises(ValueError):
+        s.add(conn, [1], [np.zeros((2, DIM + 1), np.float32)])
+    conn.execute("ROLLBACK")
