@@ -3,13 +3,18 @@
 Rules (every language, driven by its row in ``languages.py``):
 
 - One chunk per function/method/class-like definition, with its qualified name and its
-  1-based inclusive line span (decorators, ``export`` wrappers and glued doc comments included).
+  1-based inclusive line span: wrappers (decorators, ``export``, ``template<>``) included, and,
+  where the row lists them as ``leading``, the comments and attributes directly above it (no
+  blank line between). A one-line container keeps its line even when a member shares it.
 - A container (class, impl, interface, ...) chunk keeps its header and fields; each nested
   definition is a chunk of its own and is left out of the container's text.
 - Code between definitions (imports, constants, ``if __name__ == ...``) is kept as "module"
-  chunks, one per contiguous run of non-blank lines.
+  chunks, one per stretch between two definitions (blank edges trimmed).
+- Lines are counted as tree-sitter counts rows (on ``\\n``); a CRLF file's ``\\r`` is dropped
+  from chunk text.
 - Anything longer than ``max_chunk_lines`` is split into overlapping pieces (``part`` 1, 2, ...).
-- Files without a grammar, and prose, are cut into line windows (Markdown by heading).
+- Files without a grammar, and prose, are cut into line windows (prose with ``#`` headings by section);
+  languages whose grammar does not ship offline use a declaration-aware line splitter.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,14 +33,17 @@ from supergrep.corpus.types import Chunk
 log = logging.getLogger(__name__)
 
 # Deeper than this, a syntax tree is generated code; definitions are not searched for below it
-# (and Python's recursion limit stays far away).
+# (and the interpreter's recursion limit stays far away).
 _MAX_DEPTH = 120
+# Seconds a parse may take: (base, per MiB of source). Past it the file is cut into windows.
+_PARSE_BUDGET = (0.5, 5.0)
 
 
 @dataclass
 class _Def:
-    start: int  # 0-based first row, inclusive
+    start: int  # 0-based first row, inclusive (leading comments and wrappers included)
     end: int  # 0-based last row, inclusive
+    head: int  # 0-based row where the definition node itself starts (kept in a container's text)
     symbol: str
     kind: str
     children: list[_Def] = field(default_factory=list)
@@ -45,6 +54,24 @@ def _parser(grammar: str) -> Any:
     from tree_sitter_language_pack import get_parser
 
     return get_parser(grammar)
+
+
+def _parse(grammar: str, src: bytes) -> Any | None:
+    """Parse, or None when the parser runs past its time budget. Error recovery on input a
+    grammar does not expect can go superlinear (a 100 KB line took one grammar 40 s), so the
+    budget is about twenty times a normal parse: half a second plus 5 s per MiB."""
+    parser = _parser(grammar)
+    base_s, per_mib_s = _PARSE_BUDGET
+    deadline = time.monotonic() + base_s + per_mib_s * len(src) / 2**20
+
+    def over_budget(_offset: int, _has_error: bool) -> bool:
+        return time.monotonic() > deadline
+
+    try:
+        return parser.parse(lambda byte, _point: src[byte : byte + 65536], progress_callback=over_budget)
+    except ValueError:  # cancelled by the callback
+        parser.reset()
+        return None
 
 
 def grammar_available(grammar: str) -> bool:
@@ -78,13 +105,38 @@ def _unwrap(node: Any, spec: LanguageSpec, depth: int = 0) -> Any | None:
     return None
 
 
-def _collect(node: Any, spec: LanguageSpec, src: bytes, scope: list[str], depth: int = 0) -> list[_Def]:
-    """Definitions among ``node``'s descendants, outermost first, in source order."""
+def _qualify(spec: LanguageSpec, scope: list[str], name: str, kind: str) -> str:
+    if not scope:
+        return name
+    sep = spec.scope_separator
+    if spec.member_separator and kind in ("function", "method"):
+        sep = spec.member_separator
+    return spec.scope_separator.join(scope) + sep + name
+
+
+def _collect(
+    node: Any,
+    spec: LanguageSpec,
+    src: bytes,
+    scope: list[str],
+    in_type: bool = False,
+    floor: int = -1,
+    lead: tuple[int, int] | None = None,
+    depth: int = 0,
+) -> list[_Def]:
+    """Definitions among ``node``'s descendants, outermost first, in source order.
+
+    ``in_type``: the nearest enclosing container is a type (its functions are methods), not a
+    namespace. ``floor``: the last row of what precedes ``node``'s children (the previous
+    sibling, or the container's header); a leading comment must start below it, so that one
+    trailing a definition on its last line, or on the line that opens a block, is not glued.
+    ``lead``: a run of leading comments just before ``node`` (first and last row), for
+    grammars that put a member's doc comment outside the body node that holds the member."""
     if depth > _MAX_DEPTH:
         return []
     defs: list[_Def] = []
-    lead_start: int | None = None  # first row of a run of leading comments/attributes
-    lead_end = -2
+    lead_start, lead_end = lead if lead is not None else (None, -2)  # a run of leading comments
+    prev_end = floor
     for child in node.named_children:
         inner = _unwrap(child, spec)
         name = None
@@ -94,21 +146,30 @@ def _collect(node: Any, spec: LanguageSpec, src: bytes, scope: list[str], depth:
             start = child.start_point.row
             if lead_start is not None and lead_end + 1 >= start:
                 start = lead_start
-            kind = spec.definitions[inner.type]
-            if kind == "function" and scope and scope[-1] is not None:
+            kind = (spec.kind_of(inner, src) if spec.kind_of else None) or spec.definitions[inner.type]
+            if kind == "function" and in_type:
                 kind = "method"
-            d = _Def(start, _last_row(child), spec.scope_separator.join([*scope, name]), kind)
+            d = _Def(start, _last_row(child), inner.start_point.row, _qualify(spec, scope, name, kind), kind)
             if inner.type in spec.containers:
-                d.children = _collect(inner, spec, src, [*scope, name], depth + 1)
+                in_type_inside = inner.type not in spec.namespaces
+                d.children = _collect(
+                    inner, spec, src, [*scope, name], in_type=in_type_inside, floor=d.head, depth=depth + 1
+                )
             defs.append(d)
             lead_start = None
-        elif child.type in spec.leading:
+            prev_end = d.end
+        elif child.type in spec.leading and child.start_point.row > prev_end:
             if lead_start is None or child.start_point.row > lead_end + 1:
                 lead_start = child.start_point.row
             lead_end = _last_row(child)
         else:
+            if child.named_child_count:  # leaves (most of a big literal) hold no definitions
+                run = (lead_start, lead_end) if lead_start is not None else None
+                defs.extend(
+                    _collect(child, spec, src, scope, in_type=in_type, floor=prev_end, lead=run, depth=depth + 1)
+                )
             lead_start = None
-            defs.extend(_collect(child, spec, src, scope, depth + 1))
+            prev_end = max(prev_end, _last_row(child))
     return defs
 
 
@@ -127,6 +188,8 @@ class _Builder:
     def __init__(self, path: str, language: str, lines: list[str], cfg: ChunkConfig):
         self.path, self.language, self.lines, self.cfg = path, language, lines, cfg
         self.out: list[Chunk] = []
+        self.rows_taken: set[int] = set()  # rows in some definition chunk
+        self.rows_taken_plain: set[int] = set()  # rows in some definition chunk that is not a container
 
     def emit(self, rows: list[int], symbol: str, kind: str) -> None:
         """Emit the given rows as a chunk, trimmed of blank edges, split when too long."""
@@ -162,11 +225,27 @@ class _Builder:
             )
 
     def emit_defs(self, defs: list[_Def]) -> None:
+        """Definitions, containers before their members. Minified code puts many definitions on
+        one line: a line goes to at most one container chunk and one other chunk (the first
+        definition on it), never to each definition that touches it."""
         for d in defs:
-            covered: set[int] = set()
-            for c in d.children:
-                covered.update(range(c.start, c.end + 1))
-            self.emit([r for r in range(d.start, d.end + 1) if r not in covered], d.symbol, d.kind)
+            rows = list(range(d.start, d.end + 1))
+            taken = self.rows_taken_plain
+            if d.children:
+                covered: set[int] = set()
+                for c in d.children:
+                    covered.update(range(c.start, c.end + 1))
+                covered.discard(d.head)  # a one-line container keeps its header
+                rows = [r for r in rows if r not in covered]
+                taken = self.rows_taken
+            first = 0
+            while first < len(rows) and rows[first] in taken:
+                first += 1
+            rows = rows[first:]
+            self.rows_taken.update(rows)
+            if not d.children:
+                self.rows_taken_plain.update(rows)
+            self.emit(rows, d.symbol, d.kind)
             self.emit_defs(d.children)
 
     def emit_gaps(self, defs: list[_Def], n_rows: int) -> None:
@@ -179,18 +258,19 @@ class _Builder:
 
 
 def _split_lines(text: str) -> list[str]:
-    """Lines as tree-sitter counts rows: split on '\\n' only, no phantom last line."""
+    """Lines as tree-sitter counts rows: split on '\\n' only, no phantom last line, and the
+    '\\r' of CRLF line ends dropped."""
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    return lines
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 
 
 def _chunk_headings(b: _Builder) -> None:
-    """Markdown-style prose: one chunk per section, named by its heading path ("Install > From source")."""
+    """Prose with ``#`` headings: one chunk per section, named by its heading path ("Install > From source")."""
     starts: list[tuple[int, str]] = []
     trail: list[tuple[int, str]] = []
     in_fence = False
@@ -214,26 +294,92 @@ def _chunk_windows(b: _Builder) -> None:
         b.emit(list(range(s, min(s + size, len(b.lines)))), "", "window")
 
 
+def _words(words: Any) -> str:
+    """A regex alternation of literal words, longest first (``class inductive`` before ``class``)."""
+    return "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
+
+
+def _comment_rows(lines: list[str], spec: LanguageSpec) -> list[bool]:
+    """Which lines are wholly comment: line comments, and block comments opened at a line's start."""
+    out = [False] * len(lines)
+    opener, closer = spec.block_comment or ("", "")
+    depth = 0
+    for i, line in enumerate(lines):
+        s = line.strip()
+        if depth > 0 or (opener and s.startswith(opener)):
+            out[i] = True
+            depth = max(0, depth + s.count(opener) - s.count(closer))
+        elif spec.line_comment and s.startswith(spec.line_comment):
+            out[i] = True
+    return out
+
+
 def _chunk_declarations(b: _Builder, spec: LanguageSpec) -> None:
-    """Line-based splitter for languages without an offline grammar (Lean): a new chunk starts
-    at each line that begins, after optional modifiers and attributes, with a declaration keyword."""
-    kw = "|".join(re.escape(k) for k in spec.declaration_keywords)
-    pattern = re.compile(
-        r"^(?:@\[[^\]]*\]\s*)*(?:(?:private|protected|noncomputable|partial|unsafe|nonrec|scoped|local)\s+)*"
-        rf"({kw})\s+([^\s:({{\[]+)"
+    """Line-based splitter for languages without an offline grammar (row fields ``declaration_*``).
+
+    A declaration starts at a line that begins, after the row's ``declaration_prefix``
+    (attributes, modifiers), with a declaration keyword, and takes in the comment and attribute
+    lines directly above it. It runs until the next declaration, or a scope line
+    (``namespace X``, ``end X``) or break line (``open``, ``import``) at column 0, which start
+    "module" code. Names are qualified by the enclosing named scopes."""
+    never = r"(?!)"
+    decl = re.compile(
+        rf"^\s*{spec.declaration_prefix}({_words(spec.declaration_keywords) or never})(?![\w'!?.])"
+        r"(?:\s+([^\s:(){}\[\]]+))?"
     )
-    starts: list[tuple[int, str, str]] = []
+    breaks = re.compile(rf"^(?:{_words(spec.declaration_breaks) or never})(?![\w'])")
+    opens = re.compile(rf"^({_words(spec.scope_keywords) or never})(?:\s+(\S+))?\s*$")
+    closes = re.compile(rf"^{re.escape(spec.scope_end) if spec.scope_end else never}(?:\s+(\S+))?\s*$")
+    leading = re.compile(spec.leading_lines or never)
+    comment = _comment_rows(b.lines, spec)
+    marks: list[tuple[int, str, str]] = []  # (first row, symbol, kind); each runs to the next
+    scopes: list[tuple[str, bool]] = []  # (name, qualifies names)
+    found = False
+
+    def module_at(row: int) -> None:
+        if not marks:
+            marks.append((0, "", "module"))  # everything above the first command too
+        elif marks[-1][2] != "module":
+            marks.append((row, "", "module"))
+
     for i, line in enumerate(b.lines):
-        m = pattern.match(line)
+        if comment[i] or not line.strip():
+            continue
+        m = decl.match(line)
         if m:
-            starts.append((i, m.group(2), m.group(1)))
-    if not starts:
+            start = i
+            floor = marks[-1][0] if marks else -1
+            while start - 1 > floor and b.lines[start - 1].strip() and (
+                comment[start - 1] or leading.match(b.lines[start - 1])
+            ):
+                start -= 1
+            name = m.group(2) or ""
+            prefix = spec.scope_separator.join(n for n, qualifies in scopes if qualifies and n)
+            symbol = f"{prefix}{spec.scope_separator}{name}" if prefix and name else name
+            marks.append((start, symbol, m.group(1)))
+            found = True
+            continue
+        if line[:1].isspace():
+            continue
+        m = opens.match(line)
+        if m:
+            scopes.append((m.group(2) or "", spec.scope_keywords[m.group(1)]))
+            module_at(i)
+            continue
+        m = closes.match(line)
+        if m and scopes and (m.group(1) or "") == scopes[-1][0]:
+            scopes.pop()
+            module_at(i)
+            continue
+        if breaks.match(line):
+            module_at(i)
+    if not found:
         _chunk_windows(b)
         return
-    if starts[0][0] > 0:
-        b.emit(list(range(0, starts[0][0])), "", "module")
-    for (s, name, keyword), nxt in zip(starts, [*starts[1:], (len(b.lines), "", "")]):
-        b.emit(list(range(s, nxt[0])), name, keyword)
+    if marks[0][0] > 0:
+        marks.insert(0, (0, "", "module"))
+    for (s, name, kind), nxt in zip(marks, [*marks[1:], (len(b.lines), "", "")]):
+        b.emit(list(range(s, nxt[0])), name, kind)
 
 
 def chunk_source(path: str, text: str, language: str | None = None, cfg: ChunkConfig | None = None) -> list[Chunk]:
@@ -260,10 +406,14 @@ def chunk_source(path: str, text: str, language: str | None = None, cfg: ChunkCo
         return []
     if spec is not None and spec.grammar and spec.splitter == "tree-sitter" and grammar_available(spec.grammar):
         src = text.encode("utf-8", "surrogatepass")
-        tree = _parser(spec.grammar).parse(src)
-        defs = _collect(tree.root_node, spec, src, [])
-        b.emit_defs(defs)
-        b.emit_gaps(defs, len(b.lines))
+        tree = _parse(spec.grammar, src)
+        if tree is None:
+            log.warning("parsing %s took too long; it is cut into line windows", path)
+            _chunk_windows(b)
+        else:
+            defs = _collect(tree.root_node, spec, src, [])
+            b.emit_defs(defs)
+            b.emit_gaps(defs, len(b.lines))
     elif spec is not None and spec.splitter == "declarations":
         _chunk_declarations(b, spec)
     elif spec is not None and spec.splitter == "headings":
