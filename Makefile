@@ -44,6 +44,13 @@ demo: $(VENV)/.installed
 test: $(VENV)/.dev
 	$(BIN)/python -m pytest -q
 
+# The public evaluation set (eval/public): fetch its corpora from PyPI, print the quality table.
+EVAL_ARGS = --queries eval/public/queries.jsonl -t python \
+	--corpus jinja2=$(EVAL_DIR)/jinja2-3.1.4/src --corpus itsdangerous=$(EVAL_DIR)/itsdangerous-2.2.0/src
+eval: $(VENV)/.installed
+	PATH="$(abspath $(BIN)):$$PATH" bash eval/public/fetch_corpora.sh $(EVAL_DIR)
+	$(BIN)/supergrep eval $(EVAL_ARGS) $(EVAL_FLAGS)
+
 lint: $(VENV)/.dev
 	$(BIN)/ruff check src tests
 	$(BIN)/lint-imports

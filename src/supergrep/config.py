@@ -73,6 +73,7 @@ class SearchConfig:
     semantic_weight: float = _f(1.0, "Weight of the semantic (MaxSim) scores in hybrid fusion.")
     lexical_weight: float = _f(0.15, "Weight of the lexical (BM25) scores in hybrid fusion (see docs/quality.md for how it was chosen).")
     candidates: int = _f(200, "How many results of each scorer enter hybrid fusion.")
+    cache_bytes: int = _f(0, "Keep up to this many bytes of float32 vectors in memory between queries (long-lived processes: eval, daemon).")
 
 
 @dataclass

@@ -9,14 +9,21 @@ from __future__ import annotations
 import os
 import sys
 
-import click
+# Thread pools: torch (OpenMP) encodes, NumPy (OpenBLAS) scores. On a small CPU, two pools
+# that busy-wait after each call steal each other's cores: measured on 2 cores, search p50
+# went from 470-930 ms to 140 ms with these (docs/benchmarks.md). Set before NumPy/torch load;
+# the user's own settings win.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from supergrep import __version__
-from supergrep.cli.cmd_eval import eval_cmd
-from supergrep.cli.cmd_index import index_cmd
-from supergrep.cli.cmd_search import search_cmd
-from supergrep.cli.cmd_status import chunks_cmd, clean_cmd, files_cmd, status_cmd
-from supergrep.errors import SupergrepError
+import click  # noqa: E402
+
+from supergrep import __version__  # noqa: E402
+from supergrep.cli.cmd_eval import eval_cmd  # noqa: E402
+from supergrep.cli.cmd_index import index_cmd  # noqa: E402
+from supergrep.cli.cmd_search import search_cmd  # noqa: E402
+from supergrep.cli.cmd_status import chunks_cmd, clean_cmd, files_cmd, status_cmd  # noqa: E402
+from supergrep.errors import SupergrepError  # noqa: E402
 
 
 class DefaultGroup(click.Group):

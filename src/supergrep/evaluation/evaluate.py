@@ -64,7 +64,7 @@ def run_eval(queries: list[Query], corpora: dict[str, Path], encoders: list[Call
                 continue
             if on_index:
                 on_index(name, encoder.name)
-            index = Index(root, eval_index_dir(name, encoder.fingerprint))
+            index = Index(root, eval_index_dir(name, encoder.fingerprint), cache_bytes=cfg.search.cache_bytes or 2 << 30)
             update_index(index, encoder, cfg)
             searcher = Searcher(index, encoder, cfg.search)
             for mode in modes:

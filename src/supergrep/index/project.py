@@ -82,8 +82,9 @@ class Index:
         index_dir: Where the index lives; default ``$SUPERGREP_HOME/indexes/<name>-<hash>``.
     """
 
-    def __init__(self, root: Path, index_dir: Path | None = None):
+    def __init__(self, root: Path, index_dir: Path | None = None, cache_bytes: int = 0):
         self.root = Path(root).resolve()
+        self.cache_bytes = cache_bytes
         self.dir = Path(index_dir).resolve() if index_dir else default_index_dir(self.root)
         self._conn: sqlite3.Connection | None = None
         self._store: SegmentStore | None = None
@@ -118,7 +119,7 @@ class Index:
             dim = int(self.manifest.model.get("dim", 0))
             if dim <= 0:
                 raise IndexCorruptError(f"{self.dir / MANIFEST} has no model dim; run `supergrep index --force`")
-            self._store = SegmentStore(self.dir, dim)
+            self._store = SegmentStore(self.dir, dim, cache_bytes=self.cache_bytes)
         return self._store
 
     def close(self) -> None:

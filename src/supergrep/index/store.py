@@ -98,11 +98,15 @@ class SegmentStore(VectorStore):
     MERGE_MAX_SEGMENTS = 12  # more live segments than this: merge the smallest
     REWRITE_DEAD_FRACTION = 0.35  # a segment with more dead vectors than this gets rewritten
 
-    def __init__(self, index_dir: Path, dim: int, block_tokens: int = 32768):
+    def __init__(self, index_dir: Path, dim: int, block_tokens: int = 32768, cache_bytes: int = 0):
         self.dir = Path(index_dir) / VECTOR_DIR
         self.dim = dim
         self.block_tokens = block_tokens
         self._cache: dict[int, _Segment] = {}
+        # float32 copies of whole segments for long-lived processes (eval, a daemon): the
+        # float16 -> float32 cast costs more than the matmul itself on CPU. 0 disables it.
+        self.cache_bytes = cache_bytes
+        self._f32: dict[int, np.ndarray] = {}
 
     # ----------------------------------------------------------------------------- files
     def _paths(self, seg: int) -> tuple[Path, Path]:
@@ -233,11 +237,24 @@ class SegmentStore(VectorStore):
                 return fn(segs, dead)
             except FileNotFoundError:
                 self._cache.clear()
+                self._f32.clear()
                 if attempt == 2:
                     raise IndexCorruptError(
                         "segment files are missing; run `supergrep index --force` to rebuild"
                     ) from None
         raise AssertionError("unreachable")
+
+    def _float32(self, seg: _Segment) -> np.ndarray | None:
+        """The segment as float32 when the cache budget allows, else None (cast per block)."""
+        got = self._f32.get(seg.id)
+        if got is not None or self.cache_bytes <= 0:
+            return got
+        need = seg.vectors.shape[0] * self.dim * 4
+        if sum(a.nbytes for a in self._f32.values()) + need > self.cache_bytes:
+            return None
+        got = np.asarray(seg.vectors, dtype=np.float32)  # (n_tokens, dim)
+        self._f32[seg.id] = got
+        return got
 
     def _segment_scores(self, seg: _Segment, query: np.ndarray, keep: np.ndarray) -> np.ndarray:
         """MaxSim of the query against the segment's chunks where ``keep`` is True (else -inf)."""
@@ -254,7 +271,8 @@ class SegmentStore(VectorStore):
             j = max(j, i + 1)
             if keep[i:j].any():
                 end_tok = offsets[j - 1] + lengths[j - 1]
-                block = seg.vectors[start_tok:end_tok]  # (t, dim) float16 view of the mmap
+                block = self._float32(seg)
+                block = block[start_tok:end_tok] if block is not None else seg.vectors[start_tok:end_tok]
                 scores[i:j] = maxsim_packed(query, block, offsets[i:j] - start_tok)
             i = j
         scores[~keep] = -np.inf
@@ -366,6 +384,7 @@ class SegmentStore(VectorStore):
             raise
         for sid in victims:
             self._cache.pop(sid, None)
+            self._f32.pop(sid, None)
         log.info("compacted %d segments into one (%d chunks)", len(victims), len(ids))
 
     def _collect_garbage(self, conn: sqlite3.Connection) -> None:
@@ -382,6 +401,7 @@ class SegmentStore(VectorStore):
                     pass
                 if m:
                     self._cache.pop(int(m.group(1)), None)
+                    self._f32.pop(int(m.group(1)), None)
 
     def stats(self, conn: sqlite3.Connection) -> dict:
         n, size = conn.execute(
