@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,25 +23,50 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-T5_TYPES = {"t5", "mt5", "umt5", "t5gemma"}
+# Encoder-decoder families whose encoder stack has a class of its own (decoder never loaded).
+ENCODER_CLASSES = {
+    "t5": "T5EncoderModel",
+    "mt5": "MT5EncoderModel",
+    "umt5": "UMT5EncoderModel",
+    "t5gemma": "T5GemmaEncoderModel",
+}
+T5_TYPES = set(ENCODER_CLASSES)
+
+
+def _one_line(exc: BaseException, limit: int = 200) -> str:
+    """The first line of an exception's message, without terminal escapes, cut to ``limit``."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    line = lines[0] if lines else type(exc).__name__
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def pick_device(device: str = "auto") -> str:
     """CUDA > MPS > CPU for "auto"; otherwise validate the requested device."""
+    device = (device or "auto").strip().lower()
+    mps = getattr(torch.backends, "mps", None)
+    mps_ok = bool(mps is not None and mps.is_available())
     if device == "auto":
         if torch.cuda.is_available():
             return "cuda"
-        mps = getattr(torch.backends, "mps", None)
-        if mps is not None and mps.is_available():
+        if mps_ok:
             return "mps"
         return "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError(f"--device {device} requested but CUDA is not available; use --device cpu")
-    if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise UsageError("--device mps requested but MPS is not available; use --device cpu")
-    if device != "cpu" and not device.startswith("cuda") and device != "mps":
-        raise UsageError(f"unknown device '{device}'; use auto, cpu, cuda, cuda:N or mps")
-    return device
+    if device == "cpu":
+        return device
+    if device == "cuda" or re.fullmatch(r"cuda:\d+", device):
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device {device} requested but CUDA is not available; use --device cpu")
+        n = torch.cuda.device_count()
+        if ":" in device and int(device.split(":")[1]) >= n:
+            raise UsageError(f"--device {device} requested but there are only {n} CUDA device(s) "
+                             f"(cuda:0 to cuda:{n - 1})")
+        return device
+    if device == "mps":
+        if not mps_ok:
+            raise UsageError("--device mps requested but MPS is not available; use --device cpu")
+        return device
+    raise UsageError(f"unknown device '{device}'; use auto, cpu, cuda, cuda:N or mps")
 
 
 def pick_dtype(device: str) -> torch.dtype:
@@ -54,53 +80,156 @@ def pick_dtype(device: str) -> torch.dtype:
 
 def load_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """Weights from safetensors, or a legacy .bin without unpickling arbitrary objects."""
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
+    import pickle
 
-        return load_file(str(path))
-    return torch.load(str(path), map_location="cpu", weights_only=True)
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            return load_file(str(path))
+        state = torch.load(str(path), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:  # what weights_only=True raises for anything but tensors
+        raise ModelError(
+            f"{path}: cannot be read as weights: it holds pickled Python objects besides tensors, "
+            f"which supergrep does not load; convert it to model.safetensors"
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - safetensors/zip readers raise many kinds
+        raise ModelError(
+            f"{path}: cannot be read as weights ({_one_line(exc)}); the file is damaged or not a "
+            f"checkpoint: copy it again or convert it to model.safetensors"
+        ) from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ModelError(f"{path}: expected a dict of tensors (a state dict); convert it to model.safetensors")
+    return state
+
+
+class DenseLayer(torch.nn.Module):
+    """sentence-transformers / PyLate Dense: activation(linear(x)) [+ x or residual(x)]."""
+
+    def __init__(self, linear: torch.nn.Linear, activation: torch.nn.Module,
+                 residual: torch.nn.Module | None):
+        super().__init__()
+        self.linear, self.activation, self.residual = linear, activation, residual
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.activation(self.linear(x))
+        if self.residual is not None:
+            y = y + self.residual(x)
+        return y
 
 
 def build_dense(d: DenseSpec) -> torch.nn.Module:
-    """A sentence-transformers Dense layer (``linear.weight``, optional ``linear.bias``, activation)."""
+    """A Dense layer (``linear.weight``, optional ``linear.bias``, activation, PyLate residual)."""
     state = load_state_dict(d.weight_file())
-    weight = state.get("linear.weight", state.get("weight"))
-    if weight is None or tuple(weight.shape) != (d.out_features, d.in_features):
-        shape = None if weight is None else tuple(weight.shape)
-        raise ModelError(
-            f"{d.path}: Dense weight has shape {shape}, expected ({d.out_features}, {d.in_features})"
-        )
+
+    def get(name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        t = state.get(f"linear.{name}", state.get(name))
+        if t is None or tuple(t.shape) != shape:
+            got = "nothing" if t is None else f"shape {tuple(t.shape)}"
+            raise ModelError(
+                f"{d.path}: Dense {name} has {got}, expected {shape} "
+                f"(out_features={d.out_features}, in_features={d.in_features} in its config.json); "
+                f"the config and the weights do not match"
+            )
+        return t
+
     linear = torch.nn.Linear(d.in_features, d.out_features, bias=d.bias)
     with torch.no_grad():
-        linear.weight.copy_(weight)
+        linear.weight.copy_(get("weight", (d.out_features, d.in_features)))
         if d.bias:
-            bias = state.get("linear.bias", state.get("bias"))
-            if bias is None:
-                raise ModelError(f"{d.path}: Dense config says bias=true but the weights have none")
-            linear.bias.copy_(bias)
+            if state.get("linear.bias", state.get("bias")) is None:
+                raise ModelError(f"{d.path}: Dense config says bias=true but the weights have no bias; "
+                                 f"set \"bias\": false in its config.json")
+            linear.bias.copy_(get("bias", (d.out_features,)))
     if d.activation == "identity":
-        return linear
-    act = getattr(torch.nn, d.activation, None)
-    if act is None:
-        raise ModelError(f"{d.path}: unsupported Dense activation '{d.activation}'")
-    return torch.nn.Sequential(linear, act())
+        act: torch.nn.Module = torch.nn.Identity()
+    else:
+        cls = getattr(torch.nn, d.activation, None)
+        if cls is None:
+            raise ModelError(f"{d.path}: unsupported Dense activation '{d.activation}'")
+        act = cls()
+    residual: torch.nn.Module | None = None
+    if d.residual:
+        if d.in_features == d.out_features:
+            residual = torch.nn.Identity()
+        else:
+            w = state.get("residual.weight")
+            if w is None or tuple(w.shape) != (d.out_features, d.in_features):
+                raise ModelError(f"{d.path}: use_residual is set but residual.weight is missing or "
+                                 f"not ({d.out_features}, {d.in_features})")
+            residual = torch.nn.Linear(d.in_features, d.out_features, bias=False)
+            with torch.no_grad():
+                residual.weight.copy_(w)
+    return DenseLayer(linear, act, residual)
+
+
+def _dtype_kwarg() -> str:
+    """transformers >= 4.56 calls it ``dtype``; older versions ``torch_dtype``."""
+    import transformers
+
+    try:
+        major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    except ValueError:
+        return "dtype"
+    return "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+
+
+# Missing weights that do not affect token vectors (the pooler head, buffers).
+_HARMLESS_MISSING = re.compile(r"(^|\.)pooler\.|position_ids$|masked_bias$")
 
 
 def load_transformer(spec: ModelSpec, dtype: torch.dtype) -> torch.nn.Module:
-    """The base encoder; for T5-family models only the encoder stack is loaded."""
+    """The base encoder; for encoder-decoder models (T5) only the encoder stack is used."""
     import transformers
+    from transformers.utils import logging as hf_logging
 
-    kwargs = {"local_files_only": True, "dtype": dtype}
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
     path = str(spec.transformer_path)
+    kwargs = {"local_files_only": True, _dtype_kwarg(): dtype, "output_loading_info": True}
+
+    def load(cls, **extra):
+        model, info = cls.from_pretrained(path, **kwargs, **extra)
+        missing = [k for k in info.get("missing_keys", ()) if not _HARMLESS_MISSING.search(k)]
+        if missing:
+            raise ModelError(
+                f"{path}: the weights do not match config.json ({len(missing)} weight(s) missing, "
+                f"e.g. '{missing[0]}'); the checkpoint is for another architecture or incomplete"
+            )
+        if info.get("mismatched_keys"):
+            raise ModelError(f"{path}: weight shapes do not match config.json "
+                             f"(e.g. '{info['mismatched_keys'][0]}'); the directory is inconsistent")
+        return model
+
     try:
-        if spec.model_type in T5_TYPES:
-            return transformers.T5EncoderModel.from_pretrained(path, **kwargs)
+        enc_class = ENCODER_CLASSES.get(spec.model_type)
+        if enc_class is not None:
+            cls = getattr(transformers, enc_class, None)
+            if cls is None:
+                raise ModelError(f"{path}: model type '{spec.model_type}' needs transformers."
+                                 f"{enc_class}, which this transformers {transformers.__version__} lacks; "
+                                 f"upgrade transformers")
+            return load(cls)
         try:
-            return transformers.AutoModel.from_pretrained(path, attn_implementation="sdpa", **kwargs)
-        except (ValueError, ImportError):  # architectures without SDPA support
-            return transformers.AutoModel.from_pretrained(path, **kwargs)
-    except OSError as exc:
-        raise ModelError(f"cannot load the model in {path}: {exc}") from None
+            model = load(transformers.AutoModel, attn_implementation="sdpa")
+        except ValueError as exc:  # architectures without SDPA support (MPNet, ...)
+            if "attention" not in str(exc).lower() and "sdpa" not in str(exc).lower():
+                raise
+            model = load(transformers.AutoModel)
+        if getattr(model.config, "is_encoder_decoder", False):
+            model = model.get_encoder()
+        return model
+    except ModelError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - transformers raises many kinds; say what to do
+        if "mismatched" in str(exc) or "size mismatch" in str(exc):
+            raise ModelError(f"cannot load the model in {path}: weight shapes do not match "
+                             f"config.json; the weights belong to another model") from None
+        raise ModelError(
+            f"cannot load the model in {path}: {_one_line(exc)}; copy the model directory again, "
+            f"or upgrade transformers ({transformers.__version__}) if its architecture is newer"
+        ) from None
 
 
 class TorchBackend:
@@ -112,8 +241,9 @@ class TorchBackend:
         self.device = pick_device(device)
         self._dtype = pick_dtype(self.device)
         self.dtype = str(self._dtype).removeprefix("torch.")
+        spec.weight_files()  # a clear error for missing weights before transformers' own
+        layers = [build_dense(d) for d in spec.dense]  # cheap checks first
         self.model = load_transformer(spec, self._dtype).to(self.device).eval()
-        layers = [build_dense(d) for d in spec.dense]
         self.head = torch.nn.Sequential(*layers).to(self.device, self._dtype).eval()
         self.dim = spec.dim
 

