@@ -80,20 +80,18 @@ def pick_dtype(device: str) -> torch.dtype:
 
 def load_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """Weights from safetensors, or a legacy .bin without unpickling arbitrary objects."""
-    import pickle
-
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
 
             return load_file(str(path))
         state = torch.load(str(path), map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:  # what weights_only=True raises for anything but tensors
-        raise ModelError(
-            f"{path}: cannot be read as weights: it holds pickled Python objects besides tensors, "
-            f"which supergrep does not load; convert it to model.safetensors"
-        ) from None
     except Exception as exc:  # noqa: BLE001 - safetensors/zip readers raise many kinds
+        if type(exc).__name__ == "UnpicklingError":  # what weights_only=True raises for objects
+            raise ModelError(
+                f"{path}: cannot be read as weights: it holds pickled Python objects besides tensors, "
+                f"which supergrep does not load; convert it to model.safetensors"
+            ) from None
         raise ModelError(
             f"{path}: cannot be read as weights ({_one_line(exc)}); the file is damaged or not a "
             f"checkpoint: copy it again or convert it to model.safetensors"
