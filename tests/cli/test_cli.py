@@ -146,3 +146,17 @@ def test_model_mismatch_from_the_cli(indexed, tmp_path, tiny_bert_factory):
 def test_help_and_version():
     assert "find code by meaning" in CliRunner().invoke(cli, ["-h"]).output
     assert CliRunner().invoke(cli, ["--version"]).output.startswith("supergrep, version")
+
+
+def test_colour_only_on_a_tty_and_never_with_no_color(monkeypatch):
+    from supergrep.cli.output import use_color
+
+    class Tty:
+        def isatty(self):
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert use_color(Tty()) is True
+    assert use_color(open(__file__)) is False  # a regular file is not a terminal
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert use_color(Tty()) is False

@@ -496,7 +496,7 @@ def _resolve(model_path: str | os.PathLike | None) -> ModelSpec:
     if (path / SPEC_FILE).is_file():
         return _from_supergrep(path)
     if (path / "modules.json").is_file():
-        return _from_sentence_transformers(path, path.name)
+        return _from_sentence_transformers(path, _display_name(path))
     if (path / "config.json").is_file():
         model_type, hidden = _transformer_info(path)
         dense = tuple(
@@ -514,6 +514,17 @@ def _resolve(model_path: str | os.PathLike | None) -> ModelSpec:
         f"{path} is not a model directory (no {SPEC_FILE}, modules.json or config.json); "
         f"pass the directory that holds the model's config.json"
     )
+
+
+def _display_name(path: Path) -> str:
+    """The embedded default keeps its name when passed by path; a generic "model" directory
+    (as packages ship them) is named after its parent."""
+    try:
+        if path == default_model_dir().resolve():
+            return DEFAULT_MODEL_NAME
+    except ModelError:
+        pass
+    return path.parent.name if path.name == "model" else path.name
 
 
 def _dense_order(name: str) -> tuple[int, str]:
