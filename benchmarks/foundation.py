@@ -44,7 +44,7 @@ def bench_root(root: Path, queries: list[str], encoder: Encoder, workdir: Path, 
                languages: list[str]) -> dict:
     cfg = Config()
     cfg.walk.languages = languages
-    index_dir = workdir / root.name
+    index_dir = workdir / f"{len(list(workdir.iterdir()))}-{root.name}"
     index = Index(root, index_dir)
     rep = update_index(index, encoder, cfg, force=True)
     out = {

@@ -20,6 +20,7 @@ import click  # noqa: E402
 
 from supergrep import __version__  # noqa: E402
 from supergrep.cli.cmd_eval import eval_cmd  # noqa: E402
+from supergrep.cli.cmd_eval_pairs import eval_pairs_cmd  # noqa: E402
 from supergrep.cli.cmd_index import index_cmd  # noqa: E402
 from supergrep.cli.cmd_search import search_cmd  # noqa: E402
 from supergrep.cli.cmd_status import chunks_cmd, clean_cmd, files_cmd, status_cmd  # noqa: E402
@@ -45,10 +46,11 @@ def cli() -> None:
       supergrep "QUERY" [PATH]          search it (same as `supergrep search`)
       supergrep status | files | chunks FILE | clean
       supergrep eval --queries Q.jsonl --corpus NAME=DIR   measure quality
+      supergrep eval-pairs --pairs val.jsonl              docstring -> code retrieval
     """
 
 
-for _cmd in (search_cmd, index_cmd, status_cmd, files_cmd, chunks_cmd, clean_cmd, eval_cmd):
+for _cmd in (search_cmd, index_cmd, status_cmd, files_cmd, chunks_cmd, clean_cmd, eval_cmd, eval_pairs_cmd):
     cli.add_command(_cmd)
 
 

@@ -48,9 +48,11 @@ def _group_table(rows: list[dict]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Summary rows and every query's rank and top 3 as JSON.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the tables (markdown) here.")
 @click.option("--failures", is_flag=True, help="List the queries whose first result missed, with what came first.")
+@click.option("--auto", is_flag=True, help="Search as `search --auto` does (fusion weights from the query's style).")
 @common_options(model_path=False)
 def eval_cmd(queries_path: Path, corpora: tuple[str, ...], mode: str, model_paths: tuple[Path, ...],
-             types: tuple[str, ...], as_json: bool, out: Path | None, failures: bool, opts: Options) -> None:
+             types: tuple[str, ...], as_json: bool, out: Path | None, failures: bool, auto: bool,
+             opts: Options) -> None:
     """Measure P@1, MRR@10, R@10 and nDCG@10 per model and mode.
 
         supergrep eval --queries eval/public/queries.jsonl -t python \\
@@ -78,7 +80,7 @@ def eval_cmd(queries_path: Path, corpora: tuple[str, ...], mode: str, model_path
         if not as_json:
             click.echo(f"indexing {corpus} with {model} (reused when unchanged)...", err=True)
 
-    results = run_eval(queries, named, [factory(s) for s in specs], modes, cfg, on_index=announce)
+    results = run_eval(queries, named, [factory(s) for s in specs], modes, cfg, on_index=announce, auto=auto)
     rows = summary_rows(results)
     table = markdown_table(rows)
     groups = _group_table(rows)

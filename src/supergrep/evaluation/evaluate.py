@@ -40,7 +40,7 @@ def eval_index_dir(corpus: str, fingerprint: str) -> Path:
 
 def run_eval(queries: list[Query], corpora: dict[str, Path], encoders: list[Callable[[], Encoder]],
              modes: list[str], cfg: Config | None = None,
-             on_index: Callable[[str, str], None] | None = None) -> list[QueryResult]:
+             on_index: Callable[[str, str], None] | None = None, auto: bool = False) -> list[QueryResult]:
     """Index each corpus with each model (reusing unchanged indexes) and run every query.
 
     Args:
@@ -50,6 +50,7 @@ def run_eval(queries: list[Query], corpora: dict[str, Path], encoders: list[Call
         modes: Search modes to run ("semantic", "lexical", "hybrid").
         cfg: Walk/chunk/search settings for indexing and searching.
         on_index: Called with (corpus, model name) before each corpus is (re)indexed.
+        auto: Search with ``auto=True`` (query-style dependent fusion weights).
     """
     cfg = cfg or Config()
     missing = sorted({q.corpus for q in queries} - set(corpora))
@@ -69,7 +70,7 @@ def run_eval(queries: list[Query], corpora: dict[str, Path], encoders: list[Call
             searcher = Searcher(index, encoder, cfg.search)
             for mode in modes:
                 for q in todo:
-                    hits = searcher.search(q.query, mode=mode, limit=TOP_K)
+                    hits = searcher.search(q.query, mode=mode, limit=TOP_K, auto=auto)
                     rank = first_hit_rank([(h.path, h.start_line) for h in hits], q.targets)
                     results.append(QueryResult(
                         q.id, q.corpus, q.kind, q.query, encoder.name, mode, rank,

@@ -44,21 +44,28 @@ class SearchFilters:
     exclude_globs: list[str] = field(default_factory=list)
 
 
-_CODE_HINT = re.compile(r"[A-Za-z0-9]_[A-Za-z0-9]|[a-z][A-Z]|\(|\)|::|->|\.[A-Za-z_]|[{}\[\];=<>]")
+# A token that only code has: snake_case, camelCase, a dotted or :: path, or a call.
+_CODE_TOKEN = re.compile(r"[A-Za-z0-9]_[A-Za-z0-9]|[a-z][A-Z]|\w\.\w|::|\w\(|->")
 
 
 def query_style(query: str) -> str:
-    """"code" for identifier- or code-like queries, "natural" for prose (``--auto``).
+    """"code" for identifier-like queries, "natural" for prose (``--auto``).
+
+    Code: at most three words with a code-only token among them, or code-only tokens in at
+    least half of the words. A prose question that quotes one identifier stays "natural".
 
     >>> query_style("parse_http_response")
     'code'
-    >>> query_style("getUserName")
+    >>> query_style("getUserName args")
     'code'
     >>> query_style("split a list into chunks of equal size")
     'natural'
+    >>> query_style("render a dict as HTML attributes like key=value, skipping None")
+    'natural'
     """
     words = query.split()
-    if _CODE_HINT.search(query) or len(words) <= 2:
+    codey = sum(bool(_CODE_TOKEN.search(w)) for w in words)
+    if codey and (len(words) <= 3 or codey * 2 >= len(words)):
         return "code"
     return "natural"
 

@@ -1,0 +1,124 @@
+"""CodeSearchNet-style pair retrieval: find each held-out docstring's code among N candidates.
+
+Pairs files are JSON Lines, one object per line with at least ``query`` (the docstring or
+question) and ``code`` (the code, without its docstring); ``path``, ``symbol`` and ``language``
+are optional and, when present, go into the document text exactly as the indexer builds it.
+The pairs are shuffled with a fixed seed and cut into groups of ``candidates``; every query is
+ranked against the codes of its own group (its own code and N-1 distractors), as in
+CodeSearchNet (Husain et al., 2019), which used N = 1000.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from supergrep.corpus.types import Chunk
+from supergrep.errors import InputError
+from supergrep.index.indexer import document_text
+from supergrep.scoring.maxsim import maxsim_packed
+
+if TYPE_CHECKING:
+    from supergrep.encoder.encoder import Encoder
+
+
+@dataclass(frozen=True)
+class Pair:
+    query: str
+    code: str
+    path: str = ""
+    symbol: str = ""
+    language: str = ""
+
+    def document(self) -> str:
+        if not self.path and not self.symbol:
+            return self.code
+        n = self.code.count("\n") + 1
+        return document_text(Chunk(self.path, self.language or "text", self.symbol, "function", 1, n, self.code))
+
+
+def load_pairs(path: str | Path) -> list[Pair]:
+    """Read a pairs file; a bad line is an InputError naming the file and line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"pairs file {path} does not exist") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 (byte {exc.start}); save the file as UTF-8") from None
+    pairs = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(obj, dict):
+            raise InputError(f"{where}: each line must be a JSON object with 'query' and 'code'")
+        for key in ("query", "code"):
+            if not isinstance(obj.get(key), str) or not obj[key].strip():
+                raise InputError(f"{where}: '{key}' must be a non-empty string")
+        pairs.append(Pair(obj["query"], obj["code"], str(obj.get("path", "")), str(obj.get("symbol", "")),
+                          str(obj.get("language", ""))))
+    if not pairs:
+        raise InputError(f"{path}: no pairs found")
+    return pairs
+
+
+def rank_in_group(queries: list[np.ndarray], docs: list[np.ndarray]) -> list[int]:
+    """For query i, the 1-based rank of doc i among all docs by MaxSim (ties count against it).
+
+    >>> e = np.eye(3, dtype=np.float32)
+    >>> rank_in_group([e[:1], e[1:2]], [e[:1], e[1:2]])
+    [1, 1]
+    """
+    lengths = np.array([len(d) for d in docs])
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    packed = np.concatenate(docs).astype(np.float32)  # (sum of doc tokens, dim)
+    ranks = []
+    for i, q in enumerate(queries):
+        scores = maxsim_packed(q, packed, starts)  # (n_docs,)
+        ranks.append(1 + int((scores > scores[i]).sum()) + int((scores[:i] == scores[i]).sum()))
+    return ranks
+
+
+def evaluate_pairs(encoder: Encoder, pairs: list[Pair], candidates: int = 100, seed: int = 0,
+                   limit: int | None = None) -> dict:
+    """MRR and recall@{1,5,10} of finding each pair's code among ``candidates`` codes.
+
+    Args:
+        candidates: Group size N (each query's code plus N-1 distractors). A last group
+            smaller than N is dropped, so every query faces the same odds.
+        limit: Use at most this many pairs (after shuffling).
+    """
+    if candidates < 2:
+        raise InputError("--candidates must be at least 2")
+    order = list(range(len(pairs)))
+    random.Random(seed).shuffle(order)
+    if limit:
+        order = order[:limit]
+    n_groups = len(order) // candidates
+    if n_groups == 0:
+        raise InputError(f"only {len(order)} pairs: need at least --candidates {candidates}")
+    ranks: list[int] = []
+    for g in range(n_groups):
+        group = [pairs[i] for i in order[g * candidates : (g + 1) * candidates]]
+        q = encoder.encode_queries([p.query for p in group])
+        d = encoder.encode_documents([p.document() for p in group])
+        ranks += rank_in_group(q, d)
+    r = np.array(ranks)
+    return {
+        "n": len(ranks),
+        "candidates": candidates,
+        "mrr": float((1.0 / r).mean()),
+        "r@1": float((r <= 1).mean()),
+        "r@5": float((r <= 5).mean()),
+        "r@10": float((r <= 10).mean()),
+    }
