@@ -59,7 +59,7 @@ class ChunkConfig:
 @dataclass
 class EncodeConfig:
     device: str = _f("auto", "Where to run the model: auto (CUDA > MPS > CPU), cpu, cuda, cuda:N or mps.")
-    batch_tokens: int = _f(8192, "Token budget of one encoding batch (inputs are sorted by length first).")
+    batch_tokens: int = _f(0, "Padded-token budget of one encoding batch (inputs are sorted by length first); 0: 8192 on CPU, 131072 on a GPU.")
     threads: int = _f(0, "CPU threads for encoding; 0 lets the framework decide.")
     commit_chunks: int = _f(1024, "Chunks per committed batch while indexing (a crash loses at most one batch of work).")
 
