@@ -160,3 +160,18 @@ def test_colour_only_on_a_tty_and_never_with_no_color(monkeypatch):
     assert use_color(open(__file__)) is False  # a regular file is not a terminal
     monkeypatch.setenv("NO_COLOR", "1")
     assert use_color(Tty()) is False
+
+
+def test_broken_pipe_exits_quietly_with_0(indexed):
+    import os
+    import subprocess
+    import sys
+
+    root, _ = indexed
+    p = subprocess.Popen([sys.executable, "-m", "supergrep", "search", "def return self", str(root),
+                          "--mode", "lexical", "-n", "50", "-C", "1000"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ))
+    p.stdout.readline()
+    p.stdout.close()  # like `| head -1`
+    assert p.wait(timeout=120) == 0
+    assert p.stderr.read() == b""

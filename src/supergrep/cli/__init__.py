@@ -35,6 +35,16 @@ class DefaultGroup(click.Group):
             args = ["search", *args]
         return super().parse_args(ctx, args)
 
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            # The reader (e.g. `| head`) went away: exit 0 quietly, as ripgrep does (click
+            # itself would exit 1). Point stdout at /dev/null so the final flush cannot fail.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            raise SystemExit(0) from None
+
 
 @click.group(cls=DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="supergrep")
@@ -56,27 +66,31 @@ for _cmd in (search_cmd, index_cmd, status_cmd, files_cmd, chunks_cmd, clean_cmd
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the `supergrep` and `sgr` scripts."""
+    code: int | str | None = 0
     try:
-        cli.main(args=argv, prog_name="supergrep", standalone_mode=False)
+        try:
+            cli.main(args=argv, prog_name="supergrep", standalone_mode=False)
+        except SystemExit as exc:  # `search` exits 1 when nothing matched
+            code = exc.code
+        sys.stdout.flush()  # inside the try: a reader that went away shows up here
     except click.exceptions.NoArgsIsHelpError as exc:  # pragma: no cover - depends on click version
         click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
-        sys.exit(0)
+        code = 0
     except click.UsageError as exc:
         cmd = exc.ctx.command_path if exc.ctx else "supergrep"
         click.echo(f"supergrep: error: {exc.format_message()} (see `{cmd} --help`)", err=True)
-        sys.exit(2)
+        code = 2
     except click.Abort:
         click.echo("supergrep: interrupted", err=True)
-        sys.exit(130)
+        code = 130
     except SupergrepError as exc:
         click.echo(f"supergrep: error: {exc}", err=True)
-        sys.exit(exc.exit_code)
-    except BrokenPipeError:
-        # The reader (e.g. `| head`) went away: exit quietly, like grep.
+        code = exc.exit_code
+    except BrokenPipeError:  # the final flush found the reader gone
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        sys.exit(0)
+        code = 0
     except KeyboardInterrupt:
         click.echo("supergrep: interrupted", err=True)
-        sys.exit(130)
-    sys.exit(0)
+        code = 130
+    sys.exit(code)

@@ -10,7 +10,6 @@ CodeSearchNet (Husain et al., 2019), which used N = 1000.
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ import numpy as np
 from supergrep.corpus.types import Chunk
 from supergrep.errors import InputError
 from supergrep.index.indexer import document_text
+from supergrep.jsonl import read_jsonl
 from supergrep.scoring.maxsim import maxsim_packed
 
 if TYPE_CHECKING:
@@ -44,24 +44,8 @@ class Pair:
 
 def load_pairs(path: str | Path) -> list[Pair]:
     """Read a pairs file; a bad line is an InputError naming the file and line."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"pairs file {path} does not exist") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 (byte {exc.start}); save the file as UTF-8") from None
     pairs = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from None
-        if not isinstance(obj, dict):
-            raise InputError(f"{where}: each line must be a JSON object with 'query' and 'code'")
+    for where, obj in read_jsonl(path, "pairs file"):
         for key in ("query", "code"):
             if not isinstance(obj.get(key), str) or not obj[key].strip():
                 raise InputError(f"{where}: '{key}' must be a non-empty string")

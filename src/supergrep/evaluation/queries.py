@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from supergrep.errors import InputError
 from supergrep.evaluation.metrics import Target
+from supergrep.jsonl import read_jsonl
 
 
 @dataclass(frozen=True)
@@ -39,29 +39,9 @@ def load_queries(path: str | Path) -> list[Query]:
     Raises:
         InputError: naming the file and line number of the first bad line.
     """
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"query file {path} does not exist") from None
-    except OSError as exc:
-        raise InputError(f"cannot read query file {path}: {exc.strerror}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 (byte {exc.start}); save the file as UTF-8") from None
     out: list[Query] = []
     seen: set[str] = set()
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from None
-        if not isinstance(obj, dict):
-            raise InputError(f"{where}: each line must be a JSON object")
+    for where, obj in read_jsonl(path, "query file"):
         missing = [k for k in ("id", "corpus", "query", "targets") if k not in obj]
         if missing:
             raise InputError(f"{where}: missing field(s) {', '.join(missing)}")
