@@ -162,14 +162,18 @@ def test_colour_only_on_a_tty_and_never_with_no_color(monkeypatch):
     assert use_color(Tty()) is False
 
 
-def test_broken_pipe_exits_quietly_with_0(indexed):
+def test_broken_pipe_exits_quietly_with_0(tmp_path, tiny_model):
     import os
     import subprocess
     import sys
 
-    root, _ = indexed
-    p = subprocess.Popen([sys.executable, "-m", "supergrep", "search", "def return self", str(root),
-                          "--mode", "lexical", "-n", "50", "-C", "1000"],
+    root = tmp_path / "big"
+    root.mkdir()
+    for i in range(40):  # enough output to overflow the pipe's buffer
+        (root / f"m{i}.py").write_text("".join(f"def f{j}(x):\n    return x + {j}\n\n" for j in range(40)))
+    assert run(["index", str(root), "--model-path", str(tiny_model)]).exit_code == 0
+    p = subprocess.Popen([sys.executable, "-m", "supergrep", "search", "def return", str(root),
+                          "--mode", "lexical", "-n", "2000", "-C", "1000"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ))
     p.stdout.readline()
     p.stdout.close()  # like `| head -1`
