@@ -75,3 +75,11 @@ def test_public_set_through_the_cli_hybrid_beats_both_modes():
         assert rows["hybrid"][metric] >= rows["lexical"][metric] - 1e-9, metric
     # Regression floors: measured .764 / .831 (docs/quality.md); BM25 alone is .600.
     assert rows["hybrid"]["p@1"] >= 0.70 and rows["hybrid"]["mrr@10"] >= 0.78
+
+
+def test_two_copies_of_a_corpus_get_their_own_eval_index(tmp_path):
+    from supergrep.evaluation.evaluate import eval_index_dir
+
+    a = eval_index_dir("jinja2", tmp_path / "checkout-a" / "src", "f" * 64)
+    b = eval_index_dir("jinja2", tmp_path / "checkout-b" / "src", "f" * 64)
+    assert a != b and a.name.startswith("jinja2-") and a.name.endswith("f" * 12)

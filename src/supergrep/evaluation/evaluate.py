@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,9 +34,11 @@ class QueryResult:
     top: list[dict] = field(default_factory=list)  # the first 3 results: path, start_line, symbol
 
 
-def eval_index_dir(corpus: str, fingerprint: str) -> Path:
-    """One index per (corpus, model), so comparing models never rebuilds the other's index."""
-    return supergrep_home() / "eval-indexes" / f"{corpus}-{fingerprint[:12]}"
+def eval_index_dir(corpus: str, root: Path, fingerprint: str) -> Path:
+    """One index per (corpus directory, model), so comparing models never rebuilds the other's
+    index and two copies of a corpus (two checkouts) never share one."""
+    where = hashlib.sha1(str(Path(root).resolve()).encode()).hexdigest()[:8]
+    return supergrep_home() / "eval-indexes" / f"{corpus}-{where}-{fingerprint[:12]}"
 
 
 def run_eval(queries: list[Query], corpora: dict[str, Path], encoders: list[Callable[[], Encoder]],
@@ -65,7 +68,7 @@ def run_eval(queries: list[Query], corpora: dict[str, Path], encoders: list[Call
                 continue
             if on_index:
                 on_index(name, encoder.name)
-            index = Index(root, eval_index_dir(name, encoder.fingerprint), cache_bytes=cfg.search.cache_bytes or 2 << 30)
+            index = Index(root, eval_index_dir(name, root, encoder.fingerprint), cache_bytes=cfg.search.cache_bytes or 2 << 30)
             update_index(index, encoder, cfg)
             searcher = Searcher(index, encoder, cfg.search)
             for mode in modes:
