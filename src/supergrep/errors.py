@@ -43,3 +43,8 @@ class IndexCorruptError(SupergrepError):
 
 class IndexBusyError(SupergrepError):
     """Another process is writing the same index."""
+
+
+class TrainingError(SupergrepError):
+    """A training run that cannot go on (out of memory at mini-batch 1, a non-finite loss, a
+    checkpoint that does not fit the model, ...)."""

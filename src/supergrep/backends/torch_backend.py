@@ -230,6 +230,23 @@ def load_transformer(spec: ModelSpec, dtype: torch.dtype) -> torch.nn.Module:
         ) from None
 
 
+def load_encoder(spec: ModelSpec, dtype: torch.dtype) -> torch.nn.Module:
+    """The base encoder with the spec's LoRA adapter (if any) folded in, in ``dtype``.
+
+    The adapter is merged in fp32 (W + alpha/r * B @ A), then the model is cast.
+    """
+    if spec.adapter is None:
+        return load_transformer(spec, dtype)
+    from safetensors.torch import load_file
+
+    from supergrep.backends.adapters import ADAPTER_WEIGHTS, LoRAConfig
+    from supergrep.backends.torch_lora import merge_adapter_weights
+
+    model = load_transformer(spec, torch.float32)
+    merge_adapter_weights(model, LoRAConfig.read(spec.adapter), load_file(str(spec.adapter / ADAPTER_WEIGHTS)))
+    return model.to(dtype)
+
+
 class TorchBackend:
     name = "torch"
 
@@ -241,7 +258,7 @@ class TorchBackend:
         self.dtype = str(self._dtype).removeprefix("torch.")
         spec.weight_files()  # a clear error for missing weights before transformers' own
         layers = [build_dense(d) for d in spec.dense]  # cheap checks first
-        self.model = load_transformer(spec, self._dtype).to(self.device).eval()
+        self.model = load_encoder(spec, self._dtype).to(self.device).eval()
         self.head = torch.nn.Sequential(*layers).to(self.device, self._dtype).eval()
         self.dim = spec.dim
 

@@ -22,8 +22,10 @@ from supergrep import __version__  # noqa: E402
 from supergrep.cli.cmd_eval import eval_cmd  # noqa: E402
 from supergrep.cli.cmd_eval_pairs import eval_pairs_cmd  # noqa: E402
 from supergrep.cli.cmd_index import index_cmd  # noqa: E402
+from supergrep.cli.cmd_merge import merge_cmd  # noqa: E402
 from supergrep.cli.cmd_search import search_cmd  # noqa: E402
 from supergrep.cli.cmd_status import chunks_cmd, clean_cmd, files_cmd, status_cmd  # noqa: E402
+from supergrep.cli.cmd_train import train_cmd  # noqa: E402
 from supergrep.errors import SupergrepError  # noqa: E402
 
 
@@ -57,10 +59,13 @@ def cli() -> None:
       supergrep status | files | chunks FILE | clean
       supergrep eval --queries Q.jsonl --corpus NAME=DIR   measure quality
       supergrep eval-pairs --pairs val.jsonl              docstring -> code retrieval
+      supergrep train --train-file pairs.jsonl           fine-tune (LoRA), see docs/training.md
+      supergrep merge CHECKPOINT -o DIR                  fold the adapter into a plain model
     """
 
 
-for _cmd in (search_cmd, index_cmd, status_cmd, files_cmd, chunks_cmd, clean_cmd, eval_cmd, eval_pairs_cmd):
+for _cmd in (search_cmd, index_cmd, status_cmd, files_cmd, chunks_cmd, clean_cmd, eval_cmd, eval_pairs_cmd,
+             train_cmd, merge_cmd):
     cli.add_command(_cmd)
 
 

@@ -17,9 +17,11 @@ from supergrep.cli.output import echo_json
               help="Codes each query is ranked among (its own + N-1 distractors; CodeSearchNet used 1000).")
 @click.option("--limit", type=click.IntRange(1), help="Use at most this many pairs.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Shuffle seed for the groups.")
+@click.option("--split", default="val", show_default=True,
+              help="Use rows of this split (rows without a split are always used); '' for all rows.")
 @click.option("--json", "as_json", is_flag=True)
 @common_options
-def eval_pairs_cmd(pairs_path: Path, candidates: int, limit: int | None, seed: int, as_json: bool,
+def eval_pairs_cmd(pairs_path: Path, candidates: int, limit: int | None, seed: int, split: str, as_json: bool,
                    opts: Options) -> None:
     """MRR and R@1/5/10 of finding each pair's code among N candidates.
 
@@ -27,7 +29,7 @@ def eval_pairs_cmd(pairs_path: Path, candidates: int, limit: int | None, seed: i
     """
     from supergrep.evaluation.pairs import evaluate_pairs, load_pairs
 
-    pairs = load_pairs(pairs_path)
+    pairs = load_pairs(pairs_path, split=split or None)
     cfg = opts.config(None)
     encoder = opts.encoder(cfg)
     m = evaluate_pairs(encoder, pairs, candidates=candidates, seed=seed, limit=limit)

@@ -14,31 +14,37 @@ from supergrep.config import Config, load_config
 from supergrep.errors import UsageError
 
 
-def common_options(f=None, *, model_path: bool = True):
+def common_options(f=None, *, model_path: bool = True, config: bool = True, device: bool = True):
     """--index-dir, --model-path, --device, --config and -v, on every command.
 
-    ``model_path=False`` leaves --model-path to the command (eval takes it several times).
+    A command that defines one of them itself (eval takes --model-path several times; train's
+    --config is its YAML and --device a training key) turns the shared one off.
     """
     if f is None:
-        return lambda g: common_options(g, model_path=model_path)
+        return lambda g: common_options(g, model_path=model_path, config=config, device=device)
 
     @functools.wraps(f)
-    def wrapper(*args: Any, index_dir, device, config_file, verbose, **kwargs: Any):
+    def wrapper(*args: Any, index_dir, verbose, **kwargs: Any):
         level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
         logging.basicConfig(level=level, format="supergrep: %(levelname)s: %(message)s")
         logging.getLogger().setLevel(level)
-        model = kwargs.pop("model_path") if model_path else None
-        opts = Options(index_dir=index_dir, model_path=model, device=device, config_file=config_file)
+        opts = Options(index_dir=index_dir,
+                       model_path=kwargs.pop("model_path") if model_path else None,
+                       device=kwargs.pop("device") if device else None,
+                       config_file=kwargs.pop("config_file") if config else None)
         return f(*args, opts=opts, **kwargs)
 
     options = [
         click.option("--index-dir", type=click.Path(file_okay=False, path_type=Path), envvar="SUPERGREP_INDEX_DIR",
                      help="Index directory to use (default: $SUPERGREP_HOME/indexes/<project>)."),
-        click.option("--device", default=None, help="auto (CUDA > MPS > CPU), cpu, cuda, cuda:N or mps."),
-        click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
-                     help="Extra TOML config file, applied after $SUPERGREP_HOME/config.toml and the project's .supergrep.toml."),
         click.option("-v", "--verbose", count=True, help="More log output (-vv for debug)."),
     ]
+    if device:
+        options.insert(1, click.option("--device", default=None, help="auto (CUDA > MPS > CPU), cpu, cuda, cuda:N or mps."))
+    if config:
+        options.insert(1, click.option(
+            "--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
+            help="Extra TOML config file, applied after $SUPERGREP_HOME/config.toml and the project's .supergrep.toml."))
     if model_path:
         options.insert(1, click.option(
             "--model-path", type=click.Path(path_type=Path), envvar="SUPERGREP_MODEL",

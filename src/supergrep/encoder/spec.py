@@ -157,6 +157,8 @@ class ModelSpec:
         dense: Projections applied in order after the transformer.
         settings: Role markers and lengths.
         max_positions: The longest input the model can take (None: no fixed limit, e.g. T5).
+        adapter: Directory with a LoRA adapter (``adapter_config.json`` +
+            ``adapter_model.safetensors``) folded into the base weights when the model loads.
     """
 
     name: str
@@ -168,6 +170,7 @@ class ModelSpec:
     dense: tuple[DenseSpec, ...] = ()
     settings: EncoderSettings = field(default_factory=EncoderSettings)
     max_positions: int | None = None
+    adapter: Path | None = None
 
     @property
     def dim(self) -> int:
@@ -181,7 +184,11 @@ class ModelSpec:
                 f"{self.transformer_path}: no weights (model.safetensors or pytorch_model.bin) found; "
                 f"the model directory is incomplete (copy it again)"
             )
-        return files + [d.weight_file() for d in self.dense]
+        files += [d.weight_file() for d in self.dense]
+        if self.adapter is not None:
+            files.append(self.adapter / "adapter_model.safetensors")
+            files.append(self.adapter / "adapter_config.json")
+        return files
 
     def fingerprint(self) -> str:
         """A hash of the weights, the model config, the tokenizer and every setting that changes
@@ -419,21 +426,27 @@ def _opt(value, default):
 
 
 def _from_supergrep(path: Path) -> ModelSpec:
+    """supergrep's layout. Keys: ``base`` (a directory, ``package:NAME``, or "." for a merged
+    model whose own directory is a Hugging Face model), ``adapter`` (a LoRA adapter directory
+    folded into the base at load), ``projection`` (a Dense directory applied after the base's
+    own Dense layers, or instead of them with ``"replace_base_dense": true``), ``settings``."""
     where = path / SPEC_FILE
     data = _read_json(where)
     if not isinstance(data, dict) or "base" not in data:
         raise ModelError(f"{where}: needs at least a 'base' entry (a model directory or package:NAME)")
     base = str(data["base"])
-    if base.startswith("package:"):
-        base_dir = package_model_dir(base.split(":", 1)[1])
+    if base == ".":
+        base_spec = _from_huggingface(path)
+    elif base.startswith("package:"):
+        base_spec = resolve_model(package_model_dir(base.split(":", 1)[1]))
     else:
         base_dir = (path / base).resolve()
         if base_dir == path:
             raise ModelError(f"{where}: 'base' points at the directory itself; name the base model's directory")
         if not base_dir.is_dir():
             raise ModelError(f"{where}: base model directory {base_dir} does not exist; fix 'base'")
-    base_spec = resolve_model(base_dir)
-    dense = list(base_spec.dense)
+        base_spec = resolve_model(base_dir)
+    dense = [] if data.get("replace_base_dense") else list(base_spec.dense)
     if data.get("projection"):
         proj = _dense((path / str(data["projection"])).resolve())
         want = dense[-1].out_features if dense else base_spec.hidden_size
@@ -441,10 +454,16 @@ def _from_supergrep(path: Path) -> ModelSpec:
             raise ModelError(f"{proj.path / 'config.json'}: in_features is {proj.in_features} but "
                              f"the base model gives {want}-dimensional vectors")
         dense.append(proj)
+    adapter = None
+    if data.get("adapter"):
+        adapter = (path / str(data["adapter"])).resolve()
+        for name in ("adapter_config.json", "adapter_model.safetensors"):
+            if not (adapter / name).is_file():
+                raise ModelError(f"{where}: adapter directory {adapter} has no {name}")
     settings = EncoderSettings.from_dict(data.get("settings", {}), str(where), base=base_spec.settings)
     return dataclasses.replace(
         base_spec, name=str(data.get("name") or path.name), path=path, layout="supergrep",
-        dense=tuple(dense), settings=settings,
+        dense=tuple(dense), settings=settings, adapter=adapter,
     )
 
 
@@ -498,22 +517,27 @@ def _resolve(model_path: str | os.PathLike | None) -> ModelSpec:
     if (path / "modules.json").is_file():
         return _from_sentence_transformers(path, _display_name(path))
     if (path / "config.json").is_file():
-        model_type, hidden = _transformer_info(path)
-        dense = tuple(
-            _dense(d) for d in sorted(path.iterdir(), key=lambda p: _dense_order(p.name))
-            if d.is_dir() and re.fullmatch(r"\d+_Dense", d.name)
-        )
-        prev = hidden
-        for d in dense:
-            if d.in_features != prev:
-                raise ModelError(f"{d.path / 'config.json'}: in_features is {d.in_features} but the "
-                                 f"layer before gives {prev}-dimensional vectors")
-            prev = d.out_features
-        return ModelSpec(path.name, path, path, model_type, hidden, "huggingface", dense)
+        return _from_huggingface(path)
     raise ModelError(
         f"{path} is not a model directory (no {SPEC_FILE}, modules.json or config.json); "
         f"pass the directory that holds the model's config.json"
     )
+
+
+def _from_huggingface(path: Path) -> ModelSpec:
+    """A Hugging Face encoder directory, plus any ``N_Dense/`` projections beside it (XTR)."""
+    model_type, hidden = _transformer_info(path)
+    dense = tuple(
+        _dense(d) for d in sorted(path.iterdir(), key=lambda p: _dense_order(p.name))
+        if d.is_dir() and re.fullmatch(r"\d+_Dense", d.name)
+    )
+    prev = hidden
+    for d in dense:
+        if d.in_features != prev:
+            raise ModelError(f"{d.path / 'config.json'}: in_features is {d.in_features} but the "
+                             f"layer before gives {prev}-dimensional vectors")
+        prev = d.out_features
+    return ModelSpec(path.name, path, path, model_type, hidden, "huggingface", dense)
 
 
 def _display_name(path: Path) -> str:

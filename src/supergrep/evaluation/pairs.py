@@ -11,49 +11,18 @@ CodeSearchNet (Husain et al., 2019), which used N = 1000.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from supergrep.corpus.types import Chunk
+from supergrep.corpus.documents import Pair, load_pairs
 from supergrep.errors import InputError
-from supergrep.index.indexer import document_text
-from supergrep.jsonl import read_jsonl
 from supergrep.scoring.maxsim import maxsim_packed
+
+__all__ = ["Pair", "evaluate_pairs", "load_pairs", "rank_in_group"]
 
 if TYPE_CHECKING:
     from supergrep.encoder.encoder import Encoder
-
-
-@dataclass(frozen=True)
-class Pair:
-    query: str
-    code: str
-    path: str = ""
-    symbol: str = ""
-    language: str = ""
-
-    def document(self) -> str:
-        if not self.path and not self.symbol:
-            return self.code
-        n = self.code.count("\n") + 1
-        return document_text(Chunk(self.path, self.language or "text", self.symbol, "function", 1, n, self.code))
-
-
-def load_pairs(path: str | Path) -> list[Pair]:
-    """Read a pairs file; a bad line is an InputError naming the file and line."""
-    pairs = []
-    for where, obj in read_jsonl(path, "pairs file"):
-        for key in ("query", "code"):
-            if not isinstance(obj.get(key), str) or not obj[key].strip():
-                raise InputError(f"{where}: '{key}' must be a non-empty string")
-        pairs.append(Pair(obj["query"], obj["code"], str(obj.get("path", "")), str(obj.get("symbol", "")),
-                          str(obj.get("language", ""))))
-    if not pairs:
-        raise InputError(f"{path}: no pairs found")
-    return pairs
 
 
 def rank_in_group(queries: list[np.ndarray], docs: list[np.ndarray]) -> list[int]:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from supergrep.config import supergrep_home
 from supergrep.errors import IndexCorruptError
+from supergrep.faults import crashpoint  # noqa: F401 - re-exported for the index modules
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -73,25 +74,6 @@ class Manifest:
 
     def write(self, index_dir: Path) -> None:
         atomic_write(index_dir / MANIFEST, json.dumps(asdict(self), indent=2).encode())
-
-
-_KILL_AT = os.environ.get("SUPERGREP_TEST_KILL_AT", "")  # "point:N" (tests only)
-_kill_counts: dict[str, int] = {}
-
-
-def crashpoint(name: str) -> None:
-    """Fault injection for the crash tests: with SUPERGREP_TEST_KILL_AT="name:N" the process
-    SIGKILLs itself the N-th time it passes point ``name``. A no-op otherwise."""
-    if not _KILL_AT:
-        return
-    point, _, nth = _KILL_AT.partition(":")
-    if point != name:
-        return
-    _kill_counts[name] = _kill_counts.get(name, 0) + 1
-    if _kill_counts[name] >= int(nth or 1):
-        import signal
-
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def fsync_dir(path: Path) -> None:

@@ -21,6 +21,7 @@ import numpy as np
 
 from supergrep.config import Config
 from supergrep.corpus.chunk import chunk_source, split_chunk
+from supergrep.corpus.documents import document_text
 from supergrep.corpus.types import Chunk, Source
 from supergrep.corpus.walk import FileContent, SkipFile, WalkStats, read_source, walk
 from supergrep.errors import UsageError
@@ -57,12 +58,6 @@ class IndexReport:
     @property
     def lines_per_s(self) -> float:
         return self.lines_indexed / self.seconds if self.seconds > 0 else 0.0
-
-
-def document_text(chunk: Chunk) -> str:
-    """What the model reads for a chunk: where it is and what it is called, then the code."""
-    head = f"{chunk.path} {chunk.symbol}".strip()
-    return f"{head}\n{chunk.text}"
 
 
 def model_record(encoder: Encoder) -> dict:

@@ -1,0 +1,381 @@
+"""The PyTorch trainer: frozen base + LoRA + a trainable projection, one optimizer step per batch.
+
+What a step does (``train_step``), in order:
+  1. move the batch to the device (pinned, non-blocking on CUDA);
+  2. plain mode: encode queries and documents with autograd and take the loss over the whole
+     batch (or over ``grad_accum_steps`` micro-batches, each with its own, smaller, set of
+     in-batch negatives); cached mode (GradCache, Gao et al. 2021): encode everything in
+     mini-batches without a graph, take the loss over the full batch on those embeddings, then
+     re-encode each mini-batch with a graph and backpropagate the embeddings' gradients into
+     it - all negatives, a mini-batch's memory;
+  3. on out-of-memory (with ``dynamic_batch``): drop the partial gradients, switch to cached
+     mode with half the mini-batch and retry the same step;
+  4. clip, AdamW step, zero the gradients.
+Losses and accuracies stay on the device; the loop reads them back every ``log_every`` steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from supergrep.backends.torch_backend import build_dense, load_encoder, pick_device
+from supergrep.backends.torch_lora import adapter_state, linear_to_lora_layers, load_adapter_state
+from supergrep.backends.torch_ops import TorchOps
+from supergrep.errors import TrainingError, UsageError
+
+if TYPE_CHECKING:
+    from supergrep.backends.adapters import LoRAConfig
+    from supergrep.encoder.spec import ModelSpec
+    from supergrep.train.config import TrainConfig
+    from supergrep.train.data import Batch
+
+log = logging.getLogger(__name__)
+
+# (ops, q, q_mask, d, d_mask) -> (loss, in-batch accuracy): built by the training loop from
+# supergrep.train.losses; the backend never imports the losses itself.
+LossFn = Callable[[Any, Any, Any, Any, Any], tuple[Any, Any]]
+
+
+def is_oom(exc: BaseException) -> bool:
+    oom_types = tuple(t for t in (getattr(torch, "OutOfMemoryError", None),
+                                  getattr(torch.cuda, "OutOfMemoryError", None)) if t is not None)
+    if oom_types and isinstance(exc, oom_types):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+@dataclass
+class Head:
+    """How the projection was set up, for saving it."""
+
+    module: nn.Linear
+    replaces_base: bool  # True: it is a trained copy of the base's own (last) Dense layer
+
+
+class _RandState:
+    """The RNG state at one point, so a re-encode sees the same dropout masks (GradCache)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.cpu = torch.get_rng_state()
+        self.cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+    @contextlib.contextmanager
+    def replay(self):
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.set_rng_state(self.cpu)
+            if self.cuda is not None:
+                torch.cuda.set_rng_state(self.cuda, self.device)
+            yield
+
+
+class TorchTrainer:
+    """Trains ``spec``'s model with LoRA; see the module docstring for one step."""
+
+    name = "torch"
+
+    def __init__(self, spec: ModelSpec, cfg: TrainConfig, lora: LoRAConfig, loss_fn: LossFn):
+        self.cfg, self.lora, self.spec, self.loss_fn = cfg, lora, spec, loss_fn
+        torch.manual_seed(cfg.seed)
+        self.device = torch.device(pick_device(cfg.device))
+        self.amp_dtype = self._amp_dtype(cfg.precision)
+        model = load_encoder(spec, torch.float32)  # fp32 master weights; autocast computes
+        if cfg.attn_implementation == "eager" and hasattr(model, "set_attn_implementation"):
+            with contextlib.suppress(Exception):
+                model.set_attn_implementation("eager")
+        for p in model.parameters():
+            p.requires_grad_(False)
+        self.adapted = linear_to_lora_layers(model, lora, spec.model_type)
+        self.head = self._make_head(spec, cfg)
+        frozen = [build_dense(d) for d in (spec.dense[:-1] if self.head.replaces_base else spec.dense)]
+        for m in frozen:
+            for p in m.parameters():
+                p.requires_grad_(False)
+        self.model = model.to(self.device)
+        self.proj = nn.Sequential(*frozen, self.head.module).to(self.device)
+        if cfg.gradient_checkpointing:
+            if not hasattr(model, "gradient_checkpointing_enable"):
+                raise UsageError(f"gradient checkpointing is not available for {spec.model_type} models")
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.model.train()
+        self._encode_impl = torch.compile(self._encode_eager, dynamic=True) if cfg.compile else self._encode_eager
+        self.params = self._named_trainable()
+        decay = [p for n, p in self.params.items() if p.ndim >= 2]
+        no_decay = [p for n, p in self.params.items() if p.ndim < 2]
+        fused = self.device.type == "cuda"
+        self.optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8, fused=fused,
+        )
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype == torch.float16)
+        self.ops = TorchOps(self.device)
+        self.cached = cfg.cached_contrastive
+        self.mini = cfg.mini_batch_size
+        self.oom_events = 0
+        self._since_oom = 0
+
+    # ------------------------------------------------------------------------------ set-up
+    def _amp_dtype(self, precision: str) -> torch.dtype | None:
+        dev = self.device.type
+        if precision == "auto":
+            if dev == "cuda":
+                return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            return torch.float16 if dev == "mps" else None
+        if precision == "fp32":
+            return None
+        if dev == "cpu" and precision == "fp16":
+            raise UsageError("fp16 autocast is not supported on CPU; use precision bf16 or fp32")
+        return torch.bfloat16 if precision == "bf16" else torch.float16
+
+    def _make_head(self, spec: ModelSpec, cfg: TrainConfig) -> Head:
+        last = spec.dense[-1] if spec.dense else None
+        if last is not None and last.activation == "identity" and cfg.projection_dim in (0, last.out_features):
+            layer = build_dense(last)
+            if getattr(layer, "residual", None) is None:
+                return Head(layer.linear, replaces_base=True)  # train the base's own head (XTR)
+        in_dim = spec.dim
+        if cfg.projection_dim == 0:
+            raise UsageError("projection_dim 0 needs a base model with its own projection (e.g. XTR's 2_Dense)")
+        head = nn.Linear(in_dim, cfg.projection_dim, bias=False)
+        # A random orthogonal map keeps the base's dot products roughly intact at step 0
+        # (Johnson-Lindenstrauss), so training starts from a working retriever.
+        nn.init.orthogonal_(head.weight)
+        with torch.no_grad():
+            head.weight.mul_(math.sqrt(in_dim / cfg.projection_dim))
+        return Head(head, replaces_base=False)
+
+    def _named_trainable(self) -> dict[str, nn.Parameter]:
+        out: dict[str, nn.Parameter] = {}
+        for name, p in self.model.named_parameters():
+            if p.requires_grad:
+                out[f"model.{name}"] = p
+        for name, p in self.proj.named_parameters():
+            if p.requires_grad:
+                out[f"proj.{name}"] = p
+        lora = [n for n in out if n.endswith("lora_A") or n.endswith("lora_B")]
+        if len(lora) != 2 * len(self.adapted):
+            raise TrainingError(f"{len(lora)} LoRA tensors are trainable, expected {2 * len(self.adapted)}")
+        return out
+
+    def n_trainable(self) -> int:
+        return sum(p.numel() for p in self.params.values())
+
+    # ----------------------------------------------------------------------------- compute
+    def _encode_eager(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
+                            enabled=self.amp_dtype is not None):
+            hidden = self.model(input_ids=ids, attention_mask=mask.long()).last_hidden_state  # (B, L, H)
+            vecs = self.proj(hidden)  # (B, L, dim)
+        return nn.functional.normalize(vecs.float(), p=2, dim=-1)
+
+    def encode(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self._encode_impl(ids, mask)
+
+    def _loss(self, q, qm, d, dm) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.loss_fn(self.ops, q, qm, d, dm)
+
+    def _to_device(self, batch: Batch):
+        pin = self.device.type == "cuda"
+
+        def move(a: np.ndarray) -> torch.Tensor:
+            t = torch.from_numpy(a)
+            if pin:
+                t = t.pin_memory()
+            return t.to(self.device, non_blocking=pin)
+
+        return move(batch.q_ids), move(batch.q_mask), move(batch.d_ids), move(batch.d_mask)
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        self.scaler.scale(loss).backward()
+
+    def _step_plain(self, q_ids, q_mask, d_ids, d_mask) -> tuple[torch.Tensor, torch.Tensor]:
+        k = self.cfg.grad_accum_steps
+        n_q = q_ids.shape[0]
+        if k == 1:
+            loss, acc = self._loss(self.encode(q_ids, q_mask), q_mask, self.encode(d_ids, d_mask), d_mask)
+            self._backward(loss)
+            return loss.detach(), acc.detach()
+        # Plain accumulation: each micro-batch only sees its own documents as negatives.
+        size = n_q // k
+        n_neg = (d_ids.shape[0] - n_q) // n_q if d_ids.shape[0] > n_q else 0
+        losses, accs = [], []
+        for s in range(0, n_q, size):
+            rows = list(range(s, s + size))
+            negs = [n_q + r * n_neg + j for r in rows for j in range(n_neg)]
+            sel = torch.tensor(rows + negs, device=self.device)
+            loss, acc = self._loss(self.encode(q_ids[s : s + size], q_mask[s : s + size]), q_mask[s : s + size],
+                                   self.encode(d_ids[sel], d_mask[sel]), d_mask[sel])
+            self._backward(loss / k)
+            losses.append(loss.detach())
+            accs.append(acc.detach())
+        return torch.stack(losses).mean(), torch.stack(accs).mean()
+
+    def _embed_cached(self, ids, mask) -> tuple[torch.Tensor, list]:
+        reps, states = [], []
+        with torch.no_grad():
+            for s in range(0, ids.shape[0], self.mini):
+                states.append(_RandState(self.device))
+                reps.append(self.encode(ids[s : s + self.mini], mask[s : s + self.mini]))
+        return torch.cat(reps), states
+
+    def _replay_backward(self, ids, mask, grads, states) -> None:
+        for i, s in enumerate(range(0, ids.shape[0], self.mini)):
+            with states[i].replay():
+                rep = self.encode(ids[s : s + self.mini], mask[s : s + self.mini])
+            rep.backward(grads[s : s + self.mini])
+
+    def _step_cached(self, q_ids, q_mask, d_ids, d_mask) -> tuple[torch.Tensor, torch.Tensor]:
+        q, q_states = self._embed_cached(q_ids, q_mask)  # (n_q, q_len, dim), no graph
+        d, d_states = self._embed_cached(d_ids, d_mask)
+        after = _RandState(self.device)  # where an uninterrupted RNG stream would continue
+        q.requires_grad_(True)
+        d.requires_grad_(True)
+        loss, acc = self._loss(q, q_mask, d, d_mask)
+        self._backward(loss)  # gradients w.r.t. the embeddings only
+        q_grad, d_grad = q.grad, d.grad
+        self._replay_backward(q_ids, q_mask, q_grad, q_states)
+        self._replay_backward(d_ids, d_mask, d_grad, d_states)
+        torch.set_rng_state(after.cpu)
+        if after.cuda is not None:
+            torch.cuda.set_rng_state(after.cuda, self.device)
+        return loss.detach(), acc.detach()
+
+    def train_step(self, batch: Batch, lr: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """One optimizer step on ``batch``; returns (loss, in-batch accuracy) on the device."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        tensors = self._to_device(batch)
+        while True:
+            try:
+                step = self._step_cached if self.cached else self._step_plain
+                loss, acc = step(*tensors)
+                break
+            except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled
+                if not (is_oom(exc) and self.cfg.dynamic_batch):
+                    raise
+                self._recover_from_oom(batch)
+        self._maybe_grow()
+        self.scaler.unscale_(self.optimizer)
+        if self.cfg.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(list(self.params.values()), self.cfg.max_grad_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss, acc
+
+    def _recover_from_oom(self, batch: Batch) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        if self.cached:
+            self.mini //= 2
+        else:
+            self.cached = True
+            self.mini = max(1, min(self.mini, batch.q_ids.shape[0] // 2))
+        self.oom_events += 1
+        self._since_oom = 0
+        if self.mini < 1:
+            raise TrainingError(
+                "out of memory even with mini-batches of 1; lower document_max_tokens or use a device "
+                "with more memory"
+            )
+        log.warning("out of memory: retrying the step with cached contrastive mini-batches of %d", self.mini)
+
+    def _maybe_grow(self) -> None:
+        """After 100 clean steps following an OOM, double the mini-batch again if the GPU has room."""
+        if not self.oom_events or self.mini >= self.cfg.mini_batch_size or self.device.type != "cuda":
+            return
+        self._since_oom += 1
+        if self._since_oom >= 100:
+            peak = torch.cuda.max_memory_allocated(self.device)
+            total = torch.cuda.get_device_properties(self.device).total_memory
+            if peak < 0.5 * total:
+                self.mini = min(self.cfg.mini_batch_size, self.mini * 2)
+                log.info("memory headroom: cached mini-batch grown to %d", self.mini)
+            self._since_oom = 0
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    @torch.no_grad()
+    def eval_batch(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        self.model.eval()
+        try:
+            q_ids, q_mask, d_ids, d_mask = self._to_device(batch)
+            return self._loss(self.encode(q_ids, q_mask), q_mask, self.encode(d_ids, d_mask), d_mask)
+        finally:
+            self.model.train()
+
+    @staticmethod
+    def to_host(values: list[torch.Tensor]) -> list[float]:
+        """One device sync for a window of per-step values."""
+        if not values:
+            return []
+        return torch.stack([v.float() for v in values]).cpu().tolist()
+
+    def memory(self) -> dict:
+        if self.device.type == "cuda":
+            return {"peak_bytes": int(torch.cuda.max_memory_allocated(self.device))}
+        return {}
+
+    # ---------------------------------------------------------------------------- state
+    def adapter_weights(self) -> dict[str, np.ndarray]:
+        return {k: v.numpy() for k, v in adapter_state(self.model).items()}
+
+    def projection(self) -> tuple[np.ndarray, bool]:
+        """(weight (out, in) float32, replaces the base's own head)."""
+        return self.head.module.weight.detach().float().cpu().numpy(), self.head.replaces_base
+
+    def state(self) -> tuple[dict[str, np.ndarray], dict]:
+        """Everything needed to continue exactly: weights, optimizer moments, RNG."""
+        tensors: dict[str, np.ndarray] = {}
+        meta: dict = {"cached": self.cached, "mini": self.mini, "oom_events": self.oom_events,
+                      "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None}
+        for name, p in self.params.items():
+            tensors[f"param.{name}"] = p.detach().float().cpu().numpy()
+            st = self.optimizer.state.get(p, {})
+            for key in ("exp_avg", "exp_avg_sq", "step"):
+                if key in st:
+                    v = st[key]
+                    tensors[f"optim.{name}.{key}"] = (v.detach().float().cpu().numpy() if torch.is_tensor(v)
+                                                      else np.asarray(v, dtype=np.float32))
+        tensors["rng.cpu"] = torch.get_rng_state().numpy()
+        if self.device.type == "cuda":
+            tensors["rng.cuda"] = torch.cuda.get_rng_state(self.device).numpy()
+        return tensors, meta
+
+    def load_state(self, tensors: dict[str, np.ndarray], meta: dict) -> None:
+        missing = [n for n in self.params if f"param.{n}" not in tensors]
+        if missing:
+            raise TrainingError(f"the checkpoint does not fit this model: no weights for {missing[:3]}")
+        with torch.no_grad():
+            for name, p in self.params.items():
+                p.copy_(torch.from_numpy(np.array(tensors[f"param.{name}"])).to(p.device, p.dtype))
+        for name, p in self.params.items():
+            st = {}
+            for key in ("exp_avg", "exp_avg_sq"):
+                if f"optim.{name}.{key}" in tensors:
+                    st[key] = torch.from_numpy(np.array(tensors[f"optim.{name}.{key}"])).to(p.device, torch.float32)
+            if f"optim.{name}.step" in tensors:
+                st["step"] = torch.tensor(float(tensors[f"optim.{name}.step"]), dtype=torch.float32,
+                                          device=p.device if self.optimizer.defaults.get("fused") else "cpu")
+            if st:
+                self.optimizer.state[p] = st
+        torch.set_rng_state(torch.from_numpy(np.array(tensors["rng.cpu"], dtype=np.uint8)))
+        if "rng.cuda" in tensors and self.device.type == "cuda":
+            torch.cuda.set_rng_state(torch.from_numpy(np.array(tensors["rng.cuda"], dtype=np.uint8)), self.device)
+        self.cached, self.mini = bool(meta.get("cached", self.cached)), int(meta.get("mini", self.mini))
+        self.oom_events = int(meta.get("oom_events", 0))
+        if meta.get("scaler") and self.scaler.is_enabled():
+            self.scaler.load_state_dict(meta["scaler"])
+
+    def load_adapter(self, weights: dict[str, np.ndarray]) -> int:
+        return load_adapter_state(self.model, {k: torch.from_numpy(np.array(v)) for k, v in weights.items()})

@@ -1,0 +1,84 @@
+"""What the model reads for a piece of code, and (query, code) training/evaluation pairs.
+
+One definition of the document text serves indexing, training and pair evaluation, so a model
+is trained on exactly what it will later embed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from supergrep.corpus.types import Chunk
+from supergrep.errors import InputError
+from supergrep.jsonl import read_jsonl
+
+
+def document_text(chunk: Chunk) -> str:
+    """Where the code is and what it is called, then the code.
+
+    >>> document_text(Chunk("app/db.py", "python", "connect", "function", 3, 4, "def connect():\\n    pass"))
+    'app/db.py connect\\ndef connect():\\n    pass'
+    """
+    head = f"{chunk.path} {chunk.symbol}".strip()
+    return f"{head}\n{chunk.text}"
+
+
+def code_document(code: str, path: str = "", symbol: str = "", language: str = "") -> str:
+    """``document_text`` for a bare piece of code (pairs carry no line numbers)."""
+    if not path and not symbol:
+        return code
+    return document_text(Chunk(path, language or "text", symbol, "function", 1, code.count("\n") + 1, code))
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A (query, code) pair as `supergrep mine` writes it (see docs/training.md)."""
+
+    query: str
+    code: str
+    path: str = ""
+    symbol: str = ""
+    language: str = ""
+    repo: str = ""
+    split: str = ""
+    negatives: tuple[str, ...] = field(default=())  # document texts of hard negatives
+
+    def document(self) -> str:
+        return code_document(self.code, self.path, self.symbol, self.language)
+
+
+def _negative(obj: object, where: str) -> str:
+    if isinstance(obj, str) and obj.strip():
+        return obj
+    if isinstance(obj, dict) and isinstance(obj.get("code"), str):
+        return code_document(obj["code"], str(obj.get("path", "")), str(obj.get("symbol", "")),
+                             str(obj.get("language", "")))
+    raise InputError(f"{where}: each of 'negatives' must be a code string or an object with 'code'")
+
+
+def load_pairs(path: str | Path, split: str | None = None, strict_split: bool = False) -> list[Pair]:
+    """Read a pairs file (JSON Lines with at least ``query`` and ``code``).
+
+    Args:
+        split: Keep only rows whose ``split`` equals this; rows without a split are kept too
+            unless ``strict_split``.
+
+    Raises:
+        InputError: naming the file and line of the first bad row.
+    """
+    pairs = []
+    for where, obj in read_jsonl(path, "pairs file"):
+        for key in ("query", "code"):
+            if not isinstance(obj.get(key), str) or not obj[key].strip():
+                raise InputError(f"{where}: '{key}' must be a non-empty string")
+        row_split = str(obj.get("split", ""))
+        if split is not None and row_split != split and (row_split or strict_split):
+            continue
+        negs = obj.get("negatives") or []
+        if not isinstance(negs, list):
+            raise InputError(f"{where}: 'negatives' must be a list")
+        pairs.append(Pair(obj["query"], obj["code"], str(obj.get("path", "")), str(obj.get("symbol", "")),
+                          str(obj.get("language", "")), str(obj.get("repo", "")), row_split,
+                          tuple(_negative(n, where) for n in negs)))
+    return pairs

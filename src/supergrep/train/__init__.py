@@ -1,0 +1,1 @@
+"""Training: config, data pipeline, losses, the backend-neutral loop, checkpoints."""

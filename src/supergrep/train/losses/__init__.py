@@ -1,0 +1,43 @@
+"""Contrastive losses over MaxSim, written against an ``ops`` object (NumPy, torch or MLX).
+
+Losses receive embeddings and masks, never the model, and never import a framework: the
+backend passes its tensors together with its ``ops`` (see ``supergrep.train.ops``).
+"""
+
+from typing import Any
+
+from supergrep.train.losses.infonce import InfoNCE, infonce_loss
+from supergrep.train.losses.margin import Margin, margin_loss
+from supergrep.train.losses.maxsim import maxsim_scores
+
+__all__ = ["InfoNCE", "Margin", "contrastive_loss", "infonce_loss", "margin_loss", "maxsim_scores"]
+
+
+def contrastive_loss(temperature: float = 0.07, margin: float = 0.2, margin_weight: float = 0.1):
+    """The training objective: InfoNCE over MaxSim + ``margin_weight`` * margin loss.
+
+    Returns:
+        ``fn(ops, q, q_mask, d, d_mask) -> (loss, accuracy)``, where accuracy is the share of
+        queries whose own document scores highest in the batch.
+
+    >>> import numpy as np
+    >>> from supergrep.train.ops import NumpyOps
+    >>> q = np.array([[[1.0, 0.0]], [[0.0, 1.0]]])            # 2 queries, 1 token each
+    >>> m = np.ones((2, 1), bool)
+    >>> loss, acc = contrastive_loss(1.0, 0.2, 0.1)(NumpyOps(), q, m, q, m)
+    >>> round(float(loss), 4), float(acc)  # InfoNCE log(1 + e^-1); margin 0: positives win by 1
+    (0.3133, 1.0)
+    """
+    info, marg = InfoNCE(temperature), Margin(margin)
+
+    def fn(ops: Any, q: Any, q_mask: Any, d: Any, d_mask: Any):
+        scores = maxsim_scores(ops, q, q_mask, d, d_mask)  # (n_q, n_d)
+        loss = infonce_loss(ops, scores, info)
+        if margin_weight:
+            loss = loss + margin_weight * margin_loss(ops, scores, marg)
+        n_q = ops.shape(scores)[0]
+        positive = ops.diagonal(scores)[:n_q]
+        acc = ops.mean(ops.astype_float(positive >= ops.max(scores, axis=1)))
+        return loss, acc
+
+    return fn
