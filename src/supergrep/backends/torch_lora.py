@@ -32,6 +32,23 @@ class LoRALinear(nn.Module):
         nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))  # PEFT's default init of A
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
 
+    # Model code sometimes reads a projection's weight directly (T5's ``wo.weight.dtype``).
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.base.weight
+
+    @property
+    def bias(self) -> torch.Tensor | None:
+        return self.base.bias
+
+    @property
+    def in_features(self) -> int:
+        return self.base.in_features
+
+    @property
+    def out_features(self) -> int:
+        return self.base.out_features
+
     @classmethod
     def from_base(cls, base: nn.Linear, r: int, alpha: float, dropout: float = 0.0) -> LoRALinear:
         return cls(base, r, alpha, dropout)

@@ -365,7 +365,7 @@ class TorchTrainer:
                 if f"optim.{name}.{key}" in tensors:
                     st[key] = torch.from_numpy(np.array(tensors[f"optim.{name}.{key}"])).to(p.device, torch.float32)
             if f"optim.{name}.step" in tensors:
-                st["step"] = torch.tensor(float(tensors[f"optim.{name}.step"]), dtype=torch.float32,
+                st["step"] = torch.tensor(float(np.asarray(tensors[f"optim.{name}.step"]).reshape(-1)[0]), dtype=torch.float32,
                                           device=p.device if self.optimizer.defaults.get("fused") else "cpu")
             if st:
                 self.optimizer.state[p] = st

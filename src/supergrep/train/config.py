@@ -126,6 +126,11 @@ def coerce(name: str, value: Any, where: str) -> Any:
     want = field_type(fields[name])
     if want is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if want is float and isinstance(value, str):  # YAML 1.1 reads "1e-4" (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
     if want is list:
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]

@@ -1,0 +1,182 @@
+"""The torch trainer on tiny random BERT and T5 (XTR layout) models, on real mined pairs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from supergrep.backends.adapters import LoRAConfig
+from supergrep.backends.torch_lora import lora_modules
+from supergrep.errors import ModelError, TrainingError
+from supergrep.train.config import load_train_config
+from supergrep.train.data import bucket_batches, cached_tokens, collate
+from supergrep.train.loop import make_trainer, run_training, training_spec
+
+
+def cfg_for(model, pairs_file, tmp_path, **kw):
+    base = dict(model_path=str(model), train_file=str(pairs_file), batch_size=8, max_steps=6, lr=5e-3,
+                warmup_steps=2, log_every=1, save_every=3, eval_every=3, val_batches=2,
+                output_dir=str(tmp_path / "run"), projection_dim=16, document_max_tokens=96,
+                query_max_tokens=24, weight_decay=0.0, seed=0, device="cpu")
+    base.update(kw)
+    return load_train_config(None, base)
+
+
+def trainer_and_batch(cfg):
+    from supergrep.corpus.documents import load_pairs
+    from supergrep.encoder.tokenize import RoleTokenizer
+
+    spec = training_spec(cfg)
+    tok = RoleTokenizer(spec)
+    pairs = load_pairs(cfg.train_file, split="train")[:64]
+    cache = cached_tokens(pairs, None, spec, tok, "t")
+    rows = bucket_batches(np.asarray(cache.doc_lengths()), cfg.batch_size, 0, 0)[0]
+    lora = LoRAConfig(cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, tuple(cfg.lora_target_modules))
+    return make_trainer(cfg, spec, lora), collate(cache, rows, tok, 0, False, 8)
+
+
+@pytest.mark.parametrize("model_fixture", ["tiny_model", "tiny_t5"])
+def test_gradients_reach_every_lora_weight_and_the_projection(model_fixture, request, pairs_file, tmp_path):
+    model = request.getfixturevalue(model_fixture)
+    trainer, batch = trainer_and_batch(cfg_for(model, pairs_file, tmp_path))
+    before = {n: p.detach().clone() for n, p in trainer.params.items()}
+    n_lora = len(lora_modules(trainer.model))
+    assert n_lora == len(trainer.adapted) > 0
+    assert len(before) == 2 * n_lora + 1  # every A and B, plus the projection
+    for _ in range(2):  # B starts at 0, so A only gets a gradient from the second step on
+        trainer.train_step(batch, 1e-3)
+    unchanged = [n for n, p in trainer.params.items() if torch.equal(p.detach(), before[n])]
+    assert unchanged == [], f"no gradient reached {unchanged}"
+    base_frozen = [n for n, p in trainer.model.named_parameters() if "lora_" not in n and p.requires_grad]
+    assert base_frozen == []
+
+
+def test_t5_trains_the_xtr_head_in_place(tiny_t5, pairs_file, tmp_path):
+    trainer, _ = trainer_and_batch(cfg_for(tiny_t5, pairs_file, tmp_path, projection_dim=0))
+    weight, replaces = trainer.projection()
+    assert replaces and weight.shape == (16, 32)  # the 2_Dense head, trained instead of a new one
+    assert set(trainer.adapted) >= {"encoder.block.0.layer.0.SelfAttention.q", "encoder.block.0.layer.1.DenseReluDense.wo"}
+
+
+def test_a_target_that_matches_nothing_is_an_error(tiny_model, pairs_file, tmp_path):
+    with pytest.raises(ModelError, match="match no Linear layer"):
+        trainer_and_batch(cfg_for(tiny_model, pairs_file, tmp_path, lora_target_modules=["query", "nonexistent"]))
+
+
+def test_cached_contrastive_gives_the_same_gradients_as_plain(tiny_model, pairs_file, tmp_path):
+    plain, batch = trainer_and_batch(cfg_for(tiny_model, pairs_file, tmp_path))
+    cached, _ = trainer_and_batch(cfg_for(tiny_model, pairs_file, tmp_path, cached_contrastive=True, mini_batch_size=3))
+    for t in (plain, cached):
+        t.model.eval()  # no dropout: the two must agree to rounding
+        t.train_step(batch, 1e-3)  # one real step, so every LoRA B is non-zero
+    l1, _ = plain._step_plain(*plain._to_device(batch))
+    l2, _ = cached._step_cached(*cached._to_device(batch))
+    assert float(l1) == pytest.approx(float(l2), rel=1e-5)
+    for name, p in plain.params.items():
+        torch.testing.assert_close(p.grad, cached.params[name].grad, rtol=1e-3, atol=1e-7)
+
+
+def test_out_of_memory_halves_and_retries_the_step(tiny_model, pairs_file, tmp_path):
+    trainer, batch = trainer_and_batch(cfg_for(tiny_model, pairs_file, tmp_path))
+    real = trainer._step_plain
+    calls = []
+
+    def failing(*args):
+        calls.append(1)
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    trainer._step_plain = failing
+    loss, _ = trainer.train_step(batch, 1e-3)  # recovered: cached mode, half the batch per mini-batch
+    assert calls == [1] and trainer.cached and trainer.mini == 4 and trainer.oom_events == 1
+    assert torch.isfinite(loss)
+    trainer._step_plain = real
+
+    def always_oom(*args):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    trainer._step_cached = always_oom
+    with pytest.raises(TrainingError, match="mini-batches of 1"):
+        trainer.train_step(batch, 1e-3)
+
+
+def test_loss_falls_and_run_writes_everything(tiny_model, pairs_file, tmp_path):
+    cfg = cfg_for(tiny_model, pairs_file, tmp_path, max_steps=60, lr=1e-2, warmup_steps=5, log_every=5,
+                  save_every=20, eval_every=20, projection_dim=32)
+    res = run_training(cfg, show_progress=False)
+    events = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    losses = [e["loss"] for e in events if e["kind"] == "train"]
+    assert len(losses) == 12
+    assert np.mean(losses[-3:]) < np.mean(losses[:3]) - 0.05, losses
+    assert any(e["kind"] == "val" for e in events) and res.val_pairs > 0
+    assert (tmp_path / "run" / "loss.png").read_bytes()[:4] == b"\x89PNG"  # matplotlib: a dev extra
+    names = sorted(p.name for p in (tmp_path / "run").iterdir() if p.name.startswith("step_"))
+    assert names == ["step_0000020", "step_0000040", "step_0000060"]
+    ck = tmp_path / "run" / "step_0000060"
+    for f in ("adapter_model.safetensors", "adapter_config.json", "projection/model.safetensors",
+              "supergrep_model.json", "trainer_state.safetensors", "run_config.json"):
+        assert (ck / f).is_file(), f
+    assert not list((tmp_path / "run").glob(".step_*"))
+
+
+def test_nan_loss_stops_naming_the_step_and_keeps_the_good_checkpoint(tiny_model, pairs_file, tmp_path, monkeypatch):
+    from supergrep.backends import torch_train
+
+    cfg = cfg_for(tiny_model, pairs_file, tmp_path, max_steps=8, save_every=2, log_every=4)
+    real = torch_train.TorchTrainer.train_step
+    calls = []
+
+    def poisoned(self, batch, lr):
+        calls.append(1)
+        loss, acc = real(self, batch, lr)
+        return (loss * float("nan"), acc) if len(calls) == 3 else (loss, acc)
+
+    monkeypatch.setattr(torch_train.TorchTrainer, "train_step", poisoned)
+    with pytest.raises(TrainingError, match=r"became nan at step 3.*step_0000002"):
+        run_training(cfg, show_progress=False)
+    kept = sorted(p.name for p in (tmp_path / "run").iterdir() if p.name.startswith("step_"))
+    assert kept == ["step_0000002"]  # step 4's checkpoint was never written
+
+
+def test_merge_is_exact_and_complete(tiny_model, pairs_file, tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    from supergrep.encoder.encoder import Encoder
+    from supergrep.encoder.spec import resolve_model
+    from supergrep.train.merge import merge_checkpoint
+
+    cfg = cfg_for(tiny_model, pairs_file, tmp_path, max_steps=4, lr=2e-2, save_every=4)
+    run_training(cfg, show_progress=False)
+    ck = tmp_path / "run" / "step_0000004"
+    rep = merge_checkpoint(ck, tmp_path / "merged")
+    assert rep.merged == rep.adapter_pairs == rep.targets_in_base == 12  # 2 layers x 6 projections
+
+    # Reference: base + adapter *unmerged* (LoRALinear forward), straight from the trainer.
+    trainer, _ = trainer_and_batch(cfg)
+    trainer.load_state(load_file(str(ck / "trainer_state.safetensors")), {})
+    trainer.model.eval()
+    enc = Encoder(resolve_model(tmp_path / "merged"), device="cpu")
+    texts = ["def add(a, b):\n    return a + b", "parse the command line arguments"]
+    ids = enc.tokenizer(texts, "document")
+    width = max(map(len, ids))
+    arr = np.zeros((2, width), np.int64)
+    mask = np.zeros((2, width), bool)
+    for i, row in enumerate(ids):
+        arr[i, : len(row)] = row
+        mask[i, : len(row)] = True
+    with torch.no_grad():
+        ref = trainer.encode(torch.from_numpy(arr), torch.from_numpy(mask)).numpy()
+    got = enc.encode_documents(texts)
+    for i in range(2):
+        assert np.abs(got[i] - ref[i, : len(ids[i])]).max() <= 1e-4
+
+    # An adapter missing one projection's weights is refused, not half-merged.
+    state = load_file(str(ck / "adapter_model.safetensors"))
+    victim = next(k for k in state if k.endswith("lora_A.weight"))
+    del state[victim], state[victim.replace("lora_A", "lora_B")]
+    save_file(state, str(ck / "adapter_model.safetensors"))
+    with pytest.raises(ModelError, match="refusing to write a partial merge"):
+        merge_checkpoint(ck, tmp_path / "merged2")
+    assert not (tmp_path / "merged2").exists()
