@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,7 +11,8 @@ from supergrep.errors import InputError
 
 
 def read_jsonl(path: str | Path, what: str = "file") -> Iterator[tuple[str, dict]]:
-    """Yield ``("<path>:<line>", object)`` for every non-blank line of a JSON Lines file.
+    """Yield ``("<path>:<line>", object)`` for every non-blank line of a JSON Lines file
+    (``.gz`` files are decompressed).
 
     Raises:
         InputError: the file is missing, unreadable or not UTF-8, or a line is not a JSON
@@ -19,10 +21,12 @@ def read_jsonl(path: str | Path, what: str = "file") -> Iterator[tuple[str, dict
     path = Path(path)
     try:
         raw = path.read_bytes()
+        if path.suffix == ".gz":
+            raw = gzip.decompress(raw)
     except FileNotFoundError:
         raise InputError(f"{what} {path} does not exist") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {what} {path}: {exc.strerror}") from None
+    except (OSError, EOFError) as exc:
+        raise InputError(f"cannot read {what} {path}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
