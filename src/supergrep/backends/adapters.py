@@ -15,8 +15,11 @@ of 24 projections, and their trainer once filtered every gradient away).
 from __future__ import annotations
 
 import json
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from supergrep.errors import ModelError
 
@@ -109,6 +112,77 @@ def matches(name: str, targets: tuple[str, ...]) -> str | None:
         if name == t or name.endswith("." + t):
             return t
     return None
+
+
+def select_targets(linear_paths, cfg: LoRAConfig, model_type: str) -> dict[str, str]:
+    """Which Linear layers get adapters: every path (a pooler excepted) matching a target.
+
+    The only function that decides it, for every backend (torch and MLX pass the dotted paths
+    of their Linear layers, which are the same names).
+
+    Returns:
+        {module path: the target it matched}, sorted by path.
+
+    Raises:
+        ModelError: a target matched no Linear layer (nothing would be trained for it).
+
+    >>> sorted(select_targets(["a.query", "a.key", "pooler.query"], LoRAConfig(target_modules=("query",)), "bert"))
+    ['a.query']
+    """
+    targets = cfg.targets_for(model_type)
+    chosen = {}
+    for name in sorted(linear_paths):
+        if not name.startswith("pooler"):
+            t = matches(name, targets)
+            if t is not None:
+                chosen[name] = t
+    used = set(chosen.values())
+    # "wi" (T5 v1.0) and "wi_0"/"wi_1" (gated, v1.1) are alternatives: one of them must match.
+    unused = [t for t in targets if t not in used and not (t == "wi" and "wi_0" in used)
+              and not (t in ("wi_0", "wi_1") and "wi" in used)]
+    if unused or not chosen:
+        raise ModelError(f"LoRA targets {unused or list(targets)} match no Linear layer of this "
+                         f"{model_type} model; fix lora.target_modules")
+    return chosen
+
+
+def _rng(seed: int, what: str) -> np.random.Generator:
+    # Keyed by name, not by position: the same module gets the same numbers whatever order a
+    # framework walks its modules in.
+    return np.random.default_rng([seed, zlib.crc32(what.encode())])
+
+
+def lora_a_init(seed: int, module_path: str, r: int, in_features: int) -> np.ndarray:
+    """LoRA A (r, in_features) float32: U(-1/sqrt(in), 1/sqrt(in)), the bound of PEFT's
+    ``kaiming_uniform_(a=sqrt(5))``, drawn with NumPy so the torch and MLX trainers start from
+    the same numbers for the same seed.
+
+    >>> a = lora_a_init(0, "encoder.layer.0.attention.self.query", 4, 16)
+    >>> a.shape, a.dtype, bool(abs(a).max() <= 0.25)
+    ((4, 16), dtype('float32'), True)
+    """
+    bound = 1.0 / np.sqrt(in_features)
+    return _rng(seed, f"lora_A:{module_path}").uniform(-bound, bound, (r, in_features)).astype(np.float32)
+
+
+def projection_init(seed: int, out_features: int, in_features: int) -> np.ndarray:
+    """A new projection head (out, in) float32: a random orthogonal map scaled by
+    sqrt(in / out), so dot products are roughly preserved and step 0 already retrieves
+    (Johnson-Lindenstrauss). Same construction as ``torch.nn.init.orthogonal_``, in NumPy.
+
+    >>> w = projection_init(0, 4, 16)
+    >>> bool(np.allclose(w @ w.T, 4 * np.eye(4), atol=1e-5))   # rows orthogonal, norm^2 = 16/4
+    True
+    """
+    rows, cols = out_features, in_features
+    flat = _rng(seed, "projection").standard_normal((rows, cols))
+    if rows < cols:
+        flat = flat.T
+    q, r = np.linalg.qr(flat)
+    q *= np.sign(np.diag(r))
+    if rows < cols:
+        q = q.T
+    return (q * np.sqrt(in_features / out_features)).astype(np.float32)
 
 
 def adapter_keys(module_path: str) -> tuple[str, str]:

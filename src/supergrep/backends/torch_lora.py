@@ -13,7 +13,13 @@ import math
 import torch
 from torch import nn
 
-from supergrep.backends.adapters import LoRAConfig, adapter_keys, matches, module_paths
+from supergrep.backends.adapters import (
+    LoRAConfig,
+    adapter_keys,
+    lora_a_init,
+    module_paths,
+    select_targets,
+)
 from supergrep.errors import ModelError
 
 
@@ -23,13 +29,17 @@ class LoRALinear(nn.Module):
     ``lora_B`` starts at zero, so a fresh adapter leaves the outputs unchanged.
     """
 
-    def __init__(self, base: nn.Linear, r: int, alpha: float, dropout: float = 0.0):
+    def __init__(self, base: nn.Linear, r: int, alpha: float, dropout: float = 0.0, init_a=None):
         super().__init__()
         self.base = base
         self.r, self.scale = r, alpha / r
         self.lora_A = nn.Parameter(torch.empty(r, base.in_features, dtype=torch.float32, device=base.weight.device))
         self.lora_B = nn.Parameter(torch.zeros(base.out_features, r, dtype=torch.float32, device=base.weight.device))
-        nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))  # PEFT's default init of A
+        if init_a is None:
+            nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))  # PEFT's default init of A
+        else:  # the NumPy init the MLX trainer shares (adapters.lora_a_init)
+            with torch.no_grad():
+                self.lora_A.copy_(torch.from_numpy(init_a))
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
 
     # Model code sometimes reads a projection's weight directly (T5's ``wo.weight.dtype``).
@@ -50,8 +60,8 @@ class LoRALinear(nn.Module):
         return self.base.out_features
 
     @classmethod
-    def from_base(cls, base: nn.Linear, r: int, alpha: float, dropout: float = 0.0) -> LoRALinear:
-        return cls(base, r, alpha, dropout)
+    def from_base(cls, base: nn.Linear, r: int, alpha: float, dropout: float = 0.0, init_a=None) -> LoRALinear:
+        return cls(base, r, alpha, dropout, init_a)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.base(x)
@@ -77,9 +87,12 @@ def _set(model: nn.Module, path: str, module: nn.Module) -> None:
     setattr(parent, leaf, module)
 
 
-def linear_to_lora_layers(model: nn.Module, cfg: LoRAConfig, model_type: str) -> list[str]:
-    """Wrap every Linear whose path matches the config's targets; the only function that
-    decides which modules get adapters.
+def linear_to_lora_layers(model: nn.Module, cfg: LoRAConfig, model_type: str, seed: int | None = None) -> list[str]:
+    """Wrap every Linear that ``adapters.select_targets`` picks.
+
+    Args:
+        seed: Draw every A from ``adapters.lora_a_init(seed, path, ...)`` (the init the MLX
+            trainer shares); None: torch's own RNG (PEFT's kaiming-uniform).
 
     Returns:
         The adapted module paths, sorted.
@@ -87,23 +100,12 @@ def linear_to_lora_layers(model: nn.Module, cfg: LoRAConfig, model_type: str) ->
     Raises:
         ModelError: a target matched no Linear layer (nothing would be trained for it).
     """
-    targets = cfg.targets_for(model_type)
-    chosen: dict[str, str] = {}
-    for name, module in model.named_modules():
-        if isinstance(module, nn.Linear) and not name.startswith("pooler"):
-            t = matches(name, targets)
-            if t is not None:
-                chosen[name] = t
-    used = set(chosen.values())
-    # "wi" (T5 v1.0) and "wi_0"/"wi_1" (gated, v1.1) are alternatives: one of them must match.
-    unused = [t for t in targets if t not in used and not (t == "wi" and "wi_0" in used)
-              and not (t in ("wi_0", "wi_1") and "wi" in used)]
-    if unused or not chosen:
-        raise ModelError(f"LoRA targets {unused or list(targets)} match no Linear layer of this "
-                         f"{model_type} model; fix lora.target_modules")
+    linears = [name for name, module in model.named_modules() if isinstance(module, nn.Linear)]
+    chosen = select_targets(linears, cfg, model_type)
     for name in sorted(chosen):
         base = model.get_submodule(name)
-        _set(model, name, LoRALinear.from_base(base, cfg.r, cfg.lora_alpha, cfg.lora_dropout))
+        init_a = None if seed is None else lora_a_init(seed, name, cfg.r, base.in_features)
+        _set(model, name, LoRALinear.from_base(base, cfg.r, cfg.lora_alpha, cfg.lora_dropout, init_a))
     return sorted(chosen)
 
 

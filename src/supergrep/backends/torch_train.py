@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -27,6 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from supergrep.backends.adapters import projection_init
 from supergrep.backends.torch_backend import build_dense, load_encoder, pick_device
 from supergrep.backends.torch_lora import adapter_state, linear_to_lora_layers, load_adapter_state
 from supergrep.backends.torch_ops import TorchOps
@@ -95,7 +95,7 @@ class TorchTrainer:
                 model.set_attn_implementation("eager")
         for p in model.parameters():
             p.requires_grad_(False)
-        self.adapted = linear_to_lora_layers(model, lora, spec.model_type)
+        self.adapted = linear_to_lora_layers(model, lora, spec.model_type, seed=cfg.seed)
         self.head = self._make_head(spec, cfg)
         frozen = [build_dense(d) for d in (spec.dense[:-1] if self.head.replaces_base else spec.dense)]
         for m in frozen:
@@ -147,11 +147,10 @@ class TorchTrainer:
         if cfg.projection_dim == 0:
             raise UsageError("projection_dim 0 needs a base model with its own projection (e.g. XTR's 2_Dense)")
         head = nn.Linear(in_dim, cfg.projection_dim, bias=False)
-        # A random orthogonal map keeps the base's dot products roughly intact at step 0
-        # (Johnson-Lindenstrauss), so training starts from a working retriever.
-        nn.init.orthogonal_(head.weight)
+        # A scaled random orthogonal map keeps the base's dot products roughly intact at step 0,
+        # so training starts from a working retriever; drawn with NumPy (shared with MLX).
         with torch.no_grad():
-            head.weight.mul_(math.sqrt(in_dim / cfg.projection_dim))
+            head.weight.copy_(torch.from_numpy(projection_init(cfg.seed, cfg.projection_dim, in_dim)))
         return Head(head, replaces_base=False)
 
     def _named_trainable(self) -> dict[str, nn.Parameter]:
@@ -337,7 +336,7 @@ class TorchTrainer:
     def state(self) -> tuple[dict[str, np.ndarray], dict]:
         """Everything needed to continue exactly: weights, optimizer moments, RNG."""
         tensors: dict[str, np.ndarray] = {}
-        meta: dict = {"cached": self.cached, "mini": self.mini, "oom_events": self.oom_events,
+        meta: dict = {"backend": "torch", "cached": self.cached, "mini": self.mini, "oom_events": self.oom_events,
                       "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None}
         for name, p in self.params.items():
             tensors[f"param.{name}"] = p.detach().float().cpu().numpy()
@@ -353,6 +352,10 @@ class TorchTrainer:
         return tensors, meta
 
     def load_state(self, tensors: dict[str, np.ndarray], meta: dict) -> None:
+        written_by = meta.get("backend", "torch")
+        if written_by != "torch":
+            raise TrainingError(f"this checkpoint was written by the {written_by} trainer; `supergrep convert "
+                                f"CHECKPOINT --to torch -o DIR` it, or resume with --backend {written_by}")
         missing = [n for n in self.params if f"param.{n}" not in tensors]
         if missing:
             raise TrainingError(f"the checkpoint does not fit this model: no weights for {missing[:3]}")
@@ -369,7 +372,10 @@ class TorchTrainer:
                                           device=p.device if self.optimizer.defaults.get("fused") else "cpu")
             if st:
                 self.optimizer.state[p] = st
-        torch.set_rng_state(torch.from_numpy(np.array(tensors["rng.cpu"], dtype=np.uint8)))
+        if "rng.cpu" in tensors:
+            torch.set_rng_state(torch.from_numpy(np.array(tensors["rng.cpu"], dtype=np.uint8)))
+        else:  # converted from another backend: its RNG cannot be carried over; reseed per step
+            torch.manual_seed(self.cfg.seed * 1_000_003 + int(meta.get("steps_taken", 0)))
         if "rng.cuda" in tensors and self.device.type == "cuda":
             torch.cuda.set_rng_state(torch.from_numpy(np.array(tensors["rng.cuda"], dtype=np.uint8)), self.device)
         self.cached, self.mini = bool(meta.get("cached", self.cached)), int(meta.get("mini", self.mini))
