@@ -58,6 +58,7 @@ class ChunkConfig:
 
 @dataclass
 class EncodeConfig:
+    backend: str = _f("auto", "Framework that runs the model: torch, mlx, or auto (torch if it is installed, else mlx).")
     device: str = _f("auto", "Where to run the model: auto (CUDA > MPS > CPU), cpu, cuda, cuda:N or mps.")
     batch_tokens: int = _f(0, "Padded-token budget of one encoding batch (inputs are sorted by length first); 0: 8192 on CPU, 131072 on a GPU.")
     threads: int = _f(0, "CPU threads for encoding; 0 lets the framework decide.")

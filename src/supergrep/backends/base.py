@@ -9,6 +9,7 @@ only implements ``forward``.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -79,16 +80,34 @@ class Trainer(Protocol):
 # name -> "module:factory". Kept as strings so that importing this table imports no framework.
 _BACKENDS = {
     "torch": "supergrep.backends.torch_backend:TorchBackend",
+    "mlx": "supergrep.backends.mlx_backend:MLXBackend",
 }
+# The framework each backend needs, for "auto" and for the install hint.
+_NEEDS = {"torch": ("torch", "pip install torch"), "mlx": ("mlx", "pip install 'supergrep[mlx]' (Linux + NVIDIA: "
+                                                              "pip install 'mlx[cuda13]')")}
 
 
 def available_backends() -> list[str]:
     return sorted(_BACKENDS)
 
 
+def resolve_backend(name: str) -> str:
+    """"auto" -> the first of torch, mlx that is installed (so `search` runs with either one)."""
+    if name != "auto":
+        return name
+    for candidate in ("torch", "mlx"):
+        if importlib.util.find_spec(_NEEDS[candidate][0]) is not None:
+            return candidate
+    raise UsageError("no model framework is installed: pip install torch, or 'supergrep[mlx]'")
+
+
 def load_backend(name: str, spec: ModelSpec, device: str = "auto", threads: int = 0) -> Backend:
-    """Instantiate backend ``name`` for ``spec`` on ``device``."""
+    """Instantiate backend ``name`` ("auto": see ``resolve_backend``) for ``spec`` on ``device``."""
+    name = resolve_backend(name)
     if name not in _BACKENDS:
         raise UsageError(f"unknown backend '{name}'; choose one of: {', '.join(available_backends())}")
     module, factory = _BACKENDS[name].split(":")
+    framework, hint = _NEEDS.get(name, (None, ""))
+    if framework is not None and importlib.util.find_spec(framework) is None:
+        raise UsageError(f"--backend {name} needs {framework}, which is not installed: {hint}")
     return getattr(importlib.import_module(module), factory)(spec, device=device, threads=threads)

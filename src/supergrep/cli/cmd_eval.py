@@ -73,8 +73,8 @@ def eval_cmd(queries_path: Path, corpora: tuple[str, ...], mode: str, model_path
     specs = [resolve_model(p) for p in (model_paths or [None])]  # fail fast on a bad path
 
     def factory(spec):
-        return lambda: Encoder(spec, device=cfg.encode.device, batch_tokens=cfg.encode.batch_tokens,
-                               threads=cfg.encode.threads)
+        return lambda: Encoder(spec, backend=cfg.encode.backend, device=cfg.encode.device,
+                               batch_tokens=cfg.encode.batch_tokens, threads=cfg.encode.threads)
 
     def announce(corpus: str, model: str) -> None:
         if not as_json:

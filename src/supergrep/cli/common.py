@@ -14,14 +14,17 @@ from supergrep.config import Config, load_config
 from supergrep.errors import UsageError
 
 
-def common_options(f=None, *, model_path: bool = True, config: bool = True, device: bool = True):
-    """--index-dir, --model-path, --device, --config and -v, on every command.
+def common_options(f=None, *, model_path: bool = True, config: bool = True, device: bool = True,
+                   backend: bool | None = None):
+    """--index-dir, --model-path, --device, --backend, --config and -v, on every command.
 
     A command that defines one of them itself (eval takes --model-path several times; train's
-    --config is its YAML and --device a training key) turns the shared one off.
+    --config is its YAML, --device and --backend training keys) turns the shared one off.
+    ``backend`` follows ``device`` unless given.
     """
+    backend = device if backend is None else backend
     if f is None:
-        return lambda g: common_options(g, model_path=model_path, config=config, device=device)
+        return lambda g: common_options(g, model_path=model_path, config=config, device=device, backend=backend)
 
     @functools.wraps(f)
     def wrapper(*args: Any, index_dir, verbose, **kwargs: Any):
@@ -31,7 +34,8 @@ def common_options(f=None, *, model_path: bool = True, config: bool = True, devi
         opts = Options(index_dir=index_dir,
                        model_path=kwargs.pop("model_path") if model_path else None,
                        device=kwargs.pop("device") if device else None,
-                       config_file=kwargs.pop("config_file") if config else None)
+                       config_file=kwargs.pop("config_file") if config else None,
+                       backend=kwargs.pop("backend") if backend else None)
         return f(*args, opts=opts, **kwargs)
 
     options = [
@@ -41,6 +45,12 @@ def common_options(f=None, *, model_path: bool = True, config: bool = True, devi
     ]
     if device:
         options.insert(1, click.option("--device", default=None, help="auto (CUDA > MPS > CPU), cpu, cuda, cuda:N or mps."))
+    if backend:
+        from supergrep.backends.base import available_backends
+
+        options.insert(1, click.option(
+            "--backend", type=click.Choice(["auto", *available_backends()]), default=None,
+            help="Framework that runs the model: torch, mlx (Apple MLX), or auto (torch if installed, else mlx). Config: encode.backend."))
     if config:
         options.insert(1, click.option(
             "--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
@@ -60,11 +70,14 @@ class Options:
     model_path: Path | None
     device: str | None
     config_file: Path | None
+    backend: str | None = None
 
     def config(self, root: Path | None) -> Config:
         cfg = load_config(root, self.config_file)
         if self.device:
             cfg.encode.device = self.device
+        if self.backend:
+            cfg.encode.backend = self.backend
         return cfg
 
     def encoder(self, cfg: Config):
@@ -72,8 +85,8 @@ class Options:
         from supergrep.encoder.spec import resolve_model
 
         spec = resolve_model(self.model_path)
-        return Encoder(spec, device=cfg.encode.device, batch_tokens=cfg.encode.batch_tokens,
-                       threads=cfg.encode.threads)
+        return Encoder(spec, backend=cfg.encode.backend, device=cfg.encode.device,
+                       batch_tokens=cfg.encode.batch_tokens, threads=cfg.encode.threads)
 
     def index(self, root: Path):
         from supergrep.index.project import Index

@@ -38,7 +38,7 @@ class Encoder:
 
     Args:
         spec: The model (``resolve_model(path)``); None loads the default model.
-        backend: Backend name ("torch").
+        backend: Backend name: "torch", "mlx", or "auto" (torch if installed, else mlx).
         device: "auto" (CUDA > MPS > CPU), "cpu", "cuda", "cuda:N" or "mps".
         batch_tokens: Padded-token budget of one forward pass; 0 picks one for the device
             (8,192 on CPU; 131,072 on CUDA/MPS, where the H200 measured 3.2x the throughput of
@@ -46,7 +46,7 @@ class Encoder:
         threads: CPU threads (0: the framework's default).
     """
 
-    def __init__(self, spec: ModelSpec | None = None, backend: str = "torch", device: str = "auto",
+    def __init__(self, spec: ModelSpec | None = None, backend: str = "auto", device: str = "auto",
                  batch_tokens: int = 0, threads: int = 0):
         self.spec = spec or resolve_model(None)
         self.tokenizer = RoleTokenizer(self.spec)
