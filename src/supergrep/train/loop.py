@@ -111,7 +111,14 @@ def make_trainer(cfg: TrainConfig, spec: ModelSpec, lora: LoRAConfig):
         from supergrep.backends.torch_train import TorchTrainer
 
         return TorchTrainer(spec, cfg, lora, loss)
-    raise UsageError(f"the '{cfg.backend}' training backend is not available in this build; use backend: torch")
+    if cfg.backend == "mlx":
+        try:
+            from supergrep.backends.mlx_train import MLXTrainer
+        except ImportError as exc:
+            raise UsageError(f"backend: mlx needs MLX ({exc}); pip install 'supergrep[mlx]' (Linux CUDA: "
+                             f"pip install 'mlx[cuda13]')") from None
+        return MLXTrainer(spec, cfg, lora, loss)
+    raise UsageError(f"the '{cfg.backend}' training backend is not available in this build; use backend: torch or mlx")
 
 
 def _load_data(cfg: TrainConfig, spec: ModelSpec, tokenizer: RoleTokenizer) -> tuple[TokenCache, TokenCache | None]:
