@@ -42,6 +42,8 @@ class TrainConfig:
     val_file: str = _f("", "Validation pairs; empty: the split=='val' rows of train_file.")
     hard_negatives: bool = _f(False, "Use each row's 'negatives' (mined hard negatives) as extra documents.")
     max_pairs: int = _f(0, "Use at most this many training pairs (0: all).")
+    query_identifier_dropout: float = _f(0.0, "Share of training pairs whose query loses every word the code already spells (identifiers, symbol, path), so they can only be matched by meaning (see train/augment.py).")
+    document_header_dropout: float = _f(0.0, "Share of training pairs whose document drops the '<path> <symbol>' header line.")
     # -- optimisation -------------------------------------------------------------------------
     batch_size: int = _f(48, "Pairs per optimizer step (the in-batch negatives of each query).")
     grad_accum_steps: int = _f(1, "Micro-batches per step. Plain accumulation SHRINKS the negatives to batch_size / grad_accum_steps; use cached_contrastive to keep them.")
@@ -93,6 +95,9 @@ class TrainConfig:
             problems.append("projection_dim must be >= 0")
         if not 0 <= self.lora_dropout < 1:
             problems.append("lora_dropout must be in [0, 1)")
+        for name in ("query_identifier_dropout", "document_header_dropout"):
+            if not 0 <= getattr(self, name) <= 1:
+                problems.append(f"{name} must be in [0, 1]")
         if self.batch_size % self.grad_accum_steps:
             problems.append("batch_size must be a multiple of grad_accum_steps")
         if self.max_steps <= 0 and self.epochs <= 0:
