@@ -5,6 +5,7 @@
 set -uo pipefail
 model=$1 pairs=$2; shift 2
 export SUPERGREP_HOME=${SUPERGREP_HOME:-/tmp/sg} PYTHONUNBUFFERED=1
+mkdir -p /tmp/sweep /tmp/pack
 while [ $# -ge 2 ]; do
   name=$1 flags=$2; shift 2
   out=/tmp/sweep/$name
