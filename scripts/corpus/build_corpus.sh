@@ -154,9 +154,24 @@ stage_cpp() {
     rm -rf "$tmp"
 }
 
+# What a stage needs on this machine; a stage whose tools are missing is reported and skipped.
+needs() {
+    case $1 in
+        python) echo "$PYTHON" ;;
+        npm) echo "npm tar" ;;
+        rust|go|java|c|cpp) echo "apt-get apt-cache dpkg dpkg-deb tar unzip" ;;
+    esac
+}
+
 for stage in python rust go npm java c cpp; do
     has_stage "$stage" || continue
     if finished "$stage"; then log "$stage already there (rm $CORPUS/.$stage.done to redo)"; continue; fi
+    missing=""
+    for tool in $(needs "$stage"); do command -v "$tool" >/dev/null || missing="$missing $tool"; done
+    if [ -n "$missing" ]; then log "$stage skipped: not installed:$missing"; continue; fi
+    if [[ " rust go java c cpp " == *" $stage "* ]] && [ -z "$(apt-cache pkgnames librust- 2>/dev/null | head -1)" ]; then
+        log "$stage skipped: the apt package lists are empty (run apt-get update once)"; continue
+    fi
     log "$stage ..."
     "stage_$stage"
     finish "$stage"

@@ -486,6 +486,15 @@ def test_malformed_files_are_counted_not_fatal(tmp_path):
     assert stats.files == 2  # good.py and broken.py were parsed
 
 
+def test_a_parse_over_budget_is_unparsable(tmp_path, monkeypatch):
+    import supergrep.corpus.chunk as chunk_module
+
+    monkeypatch.setattr(chunk_module, "_PARSE_BUDGET", (-1.0, 0.0))
+    src = "".join(_fn(f"f{i}", f"Compute value number {i} for the caller.", f"x + {i}") for i in range(30))
+    records, stats = run_mine(tmp_path, {"a.py": src})
+    assert records == [] and stats.skipped_files["unparsable"] == 1
+
+
 def test_a_crashing_file_is_counted(tmp_path, monkeypatch):
     def boom(*_a, **_k):
         raise RecursionError("deep")

@@ -16,6 +16,7 @@ Two steps, both language-agnostic (they look at comment syntax, not at a languag
 
 from __future__ import annotations
 
+import functools
 import html
 import inspect
 import re
@@ -234,14 +235,20 @@ def _squash(text: str) -> str:
 
 @dataclass(frozen=True)
 class CleanDoc:
-    """A cleaned docstring: ``summary`` is the query, ``full`` the whole text without markup."""
+    """A cleaned docstring: ``summary`` is the query, ``full`` the whole text without markup
+    (computed on first use: most docstrings are judged by their summary alone)."""
 
     summary: str
-    full: str
+    source: str
 
     @property
     def words(self) -> int:
         return len(self.summary.split())
+
+    @functools.cached_property
+    def full(self) -> str:
+        full_lines = [ln.rstrip() for ln in clean_inline(self.source).split("\n")]
+        return re.sub(r"\n{3,}", "\n\n", "\n".join(full_lines)).strip()
 
 
 def clean_docstring(text: str, max_words: int = 0) -> CleanDoc:
@@ -263,8 +270,6 @@ def clean_docstring(text: str, max_words: int = 0) -> CleanDoc:
     'Parse it.\\n\\nParameters\\n----------\\nx : int'
     """
     text = text.replace("\r\n", "\n").replace("\t", "    ")
-    full_lines = [ln.rstrip() for ln in clean_inline(text).split("\n")]
-    full = re.sub(r"\n{3,}", "\n\n", "\n".join(full_lines)).strip()
     body = _PARAGRAPH_TAG.sub("\n\n", text)
     lines = body.split("\n")
     while lines and not lines[0].strip():
@@ -283,4 +288,4 @@ def clean_docstring(text: str, max_words: int = 0) -> CleanDoc:
                 break
             kept.append(s)
         summary = " ".join(kept)
-    return CleanDoc(summary=summary, full=full)
+    return CleanDoc(summary=summary, source=text)
