@@ -66,3 +66,41 @@ def chosen(seed: int, index: int, fraction: float) -> bool:
         return True
     h = hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=8).digest()
     return int.from_bytes(h, "big") / 2**64 < fraction
+
+
+_COMMENT = {"python": "#", "ruby": "#", "bash": "#", "lua": "--", "sql": "--"}
+
+
+def docstring_body(docstring: str) -> str:
+    r"""Everything after a docstring's first paragraph (the summary queries are made from).
+
+    >>> docstring_body("Parse a config.\n\nReads TOML and checks every key.\n\nRaises on errors.")
+    'Reads TOML and checks every key.\n\nRaises on errors.'
+    >>> docstring_body("Only a summary.")
+    ''
+    """
+    parts = [p.strip() for p in docstring.strip().split("\n\n")]
+    return "\n\n".join(p for p in parts[1:] if p)
+
+
+def with_docstring_body(code: str, body: str, language: str) -> str:
+    r'''The code with ``body`` put back where a reader would find it: as a Python docstring
+    under the signature, else as a comment block above the definition.
+
+    >>> with_docstring_body("def f(x):\n    return x", "Doubles nothing.", "python").splitlines()
+    ['def f(x):', '    """Doubles nothing."""', '    return x']
+    >>> with_docstring_body("fn f() {}", "Does nothing.", "rust").splitlines()
+    ['// Does nothing.', 'fn f() {}']
+    '''
+    lines = code.split("\n")
+    quote = '"' * 3
+    if language == "python":
+        for i, line in enumerate(lines[:10]):
+            if line.rstrip().endswith(":"):
+                nxt = lines[i + 1] if i + 1 < len(lines) else ""
+                indent = nxt[: len(nxt) - len(nxt.lstrip())] or line[: len(line) - len(line.lstrip())] + "    "
+                doc = body.replace(quote, "'" * 3)
+                return "\n".join([*lines[: i + 1], f"{indent}{quote}{doc}{quote}", *lines[i + 1 :]])
+    mark = _COMMENT.get(language, "//")
+    comment = "\n".join(f"{mark} {row}".rstrip() for row in body.split("\n"))
+    return f"{comment}\n{code}"

@@ -26,7 +26,12 @@ from supergrep.encoder.tokenize import RoleTokenizer
 from supergrep.errors import ConfigError, InputError, TrainingError, UsageError
 from supergrep.faults import crashpoint
 from supergrep.train import checkpoint as ckpt
-from supergrep.train.augment import chosen, drop_identifier_words
+from supergrep.train.augment import (
+    chosen,
+    docstring_body,
+    drop_identifier_words,
+    with_docstring_body,
+)
 from supergrep.train.config import TrainConfig
 from supergrep.train.data import (
     Batch,
@@ -107,7 +112,8 @@ def base_reference(spec: ModelSpec) -> str:
 
 
 def make_trainer(cfg: TrainConfig, spec: ModelSpec, lora: LoRAConfig):
-    loss = contrastive_loss(cfg.temperature, cfg.margin, cfg.margin_weight)
+    loss = contrastive_loss(cfg.temperature, cfg.margin, cfg.margin_weight, cfg.distill_weight,
+                            cfg.distill_temperature)
     if cfg.backend == "torch":
         from supergrep.backends.torch_train import TorchTrainer
 
@@ -125,6 +131,10 @@ def augment_pairs(pairs: list, cfg: TrainConfig) -> list:
                 p = dataclasses.replace(p, query=q)
         if chosen(cfg.seed + 1, i, cfg.document_header_dropout):
             p = dataclasses.replace(p, path="", symbol="")
+        if p.docstring and chosen(cfg.seed + 2, i, cfg.docstring_body_rate):
+            body = docstring_body(p.docstring)
+            if body:
+                p = dataclasses.replace(p, code=with_docstring_body(p.code, body, p.language))
         out.append(p)
     return out
 
@@ -147,7 +157,8 @@ def _load_data(cfg: TrainConfig, spec: ModelSpec, tokenizer: RoleTokenizer) -> t
     val = [dataclasses.replace(p, negatives=()) for p in val]
     train_cache = cached_tokens(train, train_path, spec, tokenizer,
                                 f"train|{cfg.max_pairs}|{cfg.seed}|{cfg.hard_negatives}|"
-                                f"{cfg.query_identifier_dropout}|{cfg.document_header_dropout}")
+                                f"{cfg.query_identifier_dropout}|{cfg.document_header_dropout}|"
+                                f"{cfg.docstring_body_rate}")
     val_cache = cached_tokens(val, val_path, spec, tokenizer, "val") if len(val) >= 2 else None
     return train_cache, val_cache
 
