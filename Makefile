@@ -65,7 +65,7 @@ corpus: $(VENV)/.installed
 	PYTHON=$(abspath $(BIN))/python bash scripts/corpus/build_corpus.sh
 
 lint: $(VENV)/.dev
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check --no-cache src tests
 	$(BIN)/lint-imports
 
 clean-venv:
