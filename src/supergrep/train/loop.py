@@ -319,6 +319,8 @@ def run_training(cfg: TrainConfig, resume: bool | str | Path = False, show_progr
     prefetch = Prefetcher(plan(), make, cfg.prefetch_batches)
     next_pos = (epoch, index)
     try:
+        if step == 0 and cfg.eval_every:
+            validate()  # the starting point (LoRA at zero): the reference every later figure is read against
         it = iter(prefetch)
         while step < total:
             t_wait = time.perf_counter()
