@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import lzma
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from supergrep.errors import InputError
 
 def read_jsonl(path: str | Path, what: str = "file") -> Iterator[tuple[str, dict]]:
     """Yield ``("<path>:<line>", object)`` for every non-blank line of a JSON Lines file
-    (``.gz`` files are decompressed).
+    (``.gz`` and ``.xz`` files are decompressed).
 
     Raises:
         InputError: the file is missing, unreadable or not UTF-8, or a line is not a JSON
@@ -23,9 +24,11 @@ def read_jsonl(path: str | Path, what: str = "file") -> Iterator[tuple[str, dict
         raw = path.read_bytes()
         if path.suffix == ".gz":
             raw = gzip.decompress(raw)
+        elif path.suffix == ".xz":
+            raw = lzma.decompress(raw)
     except FileNotFoundError:
         raise InputError(f"{what} {path} does not exist") from None
-    except (OSError, EOFError) as exc:
+    except (OSError, EOFError, lzma.LZMAError) as exc:
         raise InputError(f"cannot read {what} {path}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
         text = raw.decode("utf-8")

@@ -41,6 +41,7 @@ class LoRALinear(nn.Module):
             with torch.no_grad():
                 self.lora_A.copy_(torch.from_numpy(init_a))
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.enabled = True  # False: behave as the base layer (the distillation teacher)
 
     # Model code sometimes reads a projection's weight directly (T5's ``wo.weight.dtype``).
     @property
@@ -65,6 +66,8 @@ class LoRALinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.base(x)
+        if not self.enabled:
+            return out
         a = self.lora_A.to(x.dtype)
         b = self.lora_B.to(x.dtype)
         return out + (self.dropout(x) @ a.t() @ b.t()) * self.scale
