@@ -47,6 +47,26 @@ def test_mlx_ops_match_the_numpy_reference_values_and_gradients(margin_weight):
     assert np.isfinite(np.array(gq)).all() and float(mx.abs(gq[0, 2]).sum()) == 0  # masked token: no gradient
 
 
+def test_mlx_ops_has_every_op_of_the_numpy_reference():
+    want = {n for n in dir(NumpyOps) if not n.startswith("_")}
+    assert want <= {n for n in dir(MLXOps) if not n.startswith("_")}
+
+
+@pytest.mark.parametrize("weights", [(0.0, 0.0), (0.1, 0.0), (0.1, 0.7)], ids=["infonce", "margin", "distill"])
+def test_mlx_loss_matches_numpy_with_every_term(weights):
+    margin_weight, distill_weight = weights
+    q, qm, d, dm = example()
+    tq, _, td, _ = example(seed=1)
+    fn = contrastive_loss(0.07, 0.2, margin_weight, distill_weight, 0.05)
+    assert fn.needs_teacher == bool(distill_weight)
+    ref = float(fn(NumpyOps(), q, qm, d, dm, (tq, td))[0])
+    f32 = [mx.array(x.astype(np.float32)) for x in (q, d, tq, td)]
+    got = float(fn(MLXOps(), f32[0], mx.array(qm), f32[1], mx.array(dm), (f32[2], f32[3]))[0])
+    assert got == pytest.approx(ref, rel=1e-5)
+    if distill_weight:
+        assert ref != pytest.approx(float(fn(NumpyOps(), q, qm, d, dm)[0]), rel=1e-3)  # the term counts
+
+
 def test_lora_layer_starts_as_the_base_and_fuses_exactly():
     from supergrep.backends.mlx_lora import LoRALinear
 

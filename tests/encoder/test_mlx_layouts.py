@@ -35,10 +35,14 @@ def mlx_encoder(path, **kw):
 
 
 def assert_same(got, want, atol=1e-5):
+    """The issue's parity bar is correlation >= 0.9999 and max abs error <= 1e-3 (fp32); every
+    layout is held to that and to ``atol`` (measured: ~1e-6)."""
     assert len(got) == len(want)
     for a, b in zip(got, want, strict=True):
         assert a.shape == b.shape and a.dtype == np.float32
-        assert np.abs(a - b).max() <= atol
+        assert np.abs(a - b).max() <= min(atol, 1e-3)
+    flat_a, flat_b = np.concatenate([a.ravel() for a in got]), np.concatenate([b.ravel() for b in want])
+    assert np.corrcoef(flat_a, flat_b)[0, 1] >= 0.9999
 
 
 @pytest.mark.parametrize("name", ALL)

@@ -32,7 +32,9 @@ def test_train_convert_merge_index_search_on_mlx(tiny_model, pairs_file, sample_
     out = tmp_path / "run"
     r = run(["train", "--backend", "mlx", "--model-path", tiny_model, "--train-file", pairs_file, "--output-dir", out,
              "--max-steps", 4, "--batch-size", 8, "--projection-dim", 16, "--document-max-tokens", 64,
-             "--query-max-tokens", 24, "--save-every", 2, "--eval-every", 2, "--device", "cpu", "--quiet", "--json"])
+             "--query-max-tokens", 24, "--save-every", 2, "--eval-every", 2, "--device", "cpu", "--quiet", "--json",
+             # the torch trainer's distillation and augmentation keys, honoured the same way
+             "--distill-weight", 0.2, "--query-identifier-dropout", 0.2, "--document-header-dropout", 0.2])
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout)
     assert summary["steps"] == 4 and summary["last_loss"] > 0 and summary["val"]["val_loss"] > 0

@@ -81,12 +81,48 @@ def test_twenty_steps_match_torch(model_fixture, request, pairs_file, tmp_path):
     assert max(float(np.abs(ts[k] - tm[k]).max()) for k in names if k.endswith("exp_avg")) < 1e-4
 
 
-@pytest.mark.parametrize("extra", [{"cached_contrastive": True, "mini_batch_size": 3}, {"grad_accum_steps": 2}],
-                         ids=["gradcache", "accumulation"])
-def test_gradcache_and_accumulation_match_torch(extra, tiny_model, pairs_file, tmp_path):
+DISTILL = {"distill_weight": 0.5, "distill_temperature": 0.05}
+
+
+@pytest.mark.parametrize("extra", [{"cached_contrastive": True, "mini_batch_size": 3}, {"grad_accum_steps": 2},
+                                   DISTILL, {**DISTILL, "cached_contrastive": True, "mini_batch_size": 3}],
+                         ids=["gradcache", "accumulation", "distill", "distill-gradcache"])
+def test_gradcache_accumulation_and_distillation_match_torch(extra, tiny_model, pairs_file, tmp_path):
     got = train_both(tiny_model, pairs_file, tmp_path, 4, **extra)
-    assert np.abs(got["torch"][1] - got["mlx"][1]).max() < 1e-4
+    assert np.abs(got["torch"][1] - got["mlx"][1]).max() < 1e-4, (got["torch"][1], got["mlx"][1])
     assert max_abs(got["torch"][0].adapter_weights(), got["mlx"][0].adapter_weights()) < 1e-4
+
+
+def test_distillation_teacher_is_the_base_with_lora_off(tiny_model, pairs_file, tmp_path):
+    """The teacher's vectors are the base model's (LoRA off, no trained head, no dropout) even
+    after the adapter has moved, and the KL term changes the loss by exactly what it adds."""
+    from supergrep.encoder import Encoder, resolve_model
+    from supergrep.train.losses import distill_loss, maxsim_scores
+    from supergrep.train.losses.distill import Distill
+
+    cfg = cfg_for(tiny_model, pairs_file, tmp_path, lora_dropout=0.1, **DISTILL)
+    trainer, (batch,) = setup(cfg)
+    assert trainer.needs_teacher
+    for _ in range(3):
+        trainer.train_step(batch, 5e-3)
+    assert np.abs(np.array(trainer.adapter_weights()[next(k for k in trainer.adapter_weights()
+                                                           if "lora_B" in k)])).max() > 0
+    q_ids, q_mask, d_ids, d_mask = trainer._to_device(batch)
+    t_d = np.array(trainer._teacher_fn(d_ids, d_mask))
+    base = Encoder(resolve_model(tiny_model), backend="mlx", device="cpu")
+    want = base.backend.forward(batch.d_ids, batch.d_mask)  # (n, L, 32): the base's own vectors
+    assert t_d.shape == want.shape and np.abs(t_d - want)[batch.d_mask].max() < 1e-5
+    assert trainer.tower.training  # the teacher left the student's mode alone
+    # loss(distill) - loss(no distill) == weight * KL(teacher scores, student scores), eval mode
+    trainer.tower.eval()
+    with_t = float(trainer._loss_on(q_ids, q_mask, d_ids, d_mask, trainer._teacher_fn(q_ids, q_mask),
+                                    mx.array(t_d))[0])
+    without = float(trainer._loss_on(q_ids, q_mask, d_ids, d_mask)[0])
+    q, d = trainer.tower(q_ids, q_mask), trainer.tower(d_ids, d_mask)
+    t_q = trainer._teacher_fn(q_ids, q_mask)
+    kl = float(distill_loss(trainer.ops, maxsim_scores(trainer.ops, q, q_mask, d, d_mask),
+                            maxsim_scores(trainer.ops, t_q, q_mask, mx.array(t_d), d_mask), Distill(0.05)))
+    assert kl > 1e-4 and with_t - without == pytest.approx(0.5 * kl, rel=1e-4)
 
 
 @pytest.mark.parametrize("model_fixture", ["tiny_model", "tiny_t5"])

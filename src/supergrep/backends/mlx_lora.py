@@ -38,6 +38,7 @@ class LoRALinear(nn.Module):
         self.lora_A = mx.array(np.asarray(init_a, dtype=np.float32))  # (r, in)
         self.lora_B = mx.zeros((out_f, r), dtype=mx.float32)  # (out, r): a new adapter changes nothing
         self.dropout = nn.Dropout(dropout) if dropout > 0 else None
+        self.enabled = True  # False: behave as the base layer (the distillation teacher)
 
     @classmethod
     def from_base(cls, base: nn.Linear, r: int, alpha: float, dropout: float = 0.0,
@@ -46,6 +47,8 @@ class LoRALinear(nn.Module):
 
     def __call__(self, x: mx.array) -> mx.array:
         out = self.base(x)
+        if not self.enabled:
+            return out
         h = self.dropout(x) if self.dropout is not None else x
         a, b = self.lora_A.astype(x.dtype), self.lora_B.astype(x.dtype)
         return out + ((h @ a.T) @ b.T) * self.scale

@@ -43,3 +43,6 @@ class MLXOps:
 
     def relu(self, x: mx.array) -> mx.array:
         return mx.maximum(x, 0.0)
+
+    def exp(self, x: mx.array) -> mx.array:
+        return mx.exp(x)

@@ -34,7 +34,12 @@ from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
 from supergrep.backends.adapters import projection_init
 from supergrep.backends.mlx_backend import device_name, pick_device
-from supergrep.backends.mlx_lora import adapter_state, linear_to_lora_layers, load_adapter_state
+from supergrep.backends.mlx_lora import (
+    adapter_state,
+    linear_to_lora_layers,
+    load_adapter_state,
+    lora_modules,
+)
 from supergrep.backends.mlx_models import build_dense, load_transformer
 from supergrep.backends.mlx_ops import MLXOps
 from supergrep.errors import TrainingError, UsageError
@@ -47,7 +52,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LossFn = Callable[[Any, Any, Any, Any, Any], tuple[Any, Any]]
+LossFn = Callable[..., tuple[Any, Any]]
 BETAS, EPS = (0.9, 0.999), 1e-8  # torch.optim.AdamW's defaults, as the torch trainer uses them
 _OOM_TEXT = ("out of memory", "attempting to allocate", "maximum allowed buffer", "insufficient memory",
              "resource limit", "cudaerrormemoryallocation", "bad_alloc")
@@ -115,6 +120,13 @@ class MLXTrainer:
             layer.freeze()
         self.head_index = len(frozen)
         self.tower = Tower(model, [*frozen, head])
+        # The distillation teacher: the base as it was (LoRA off, eval mode, the base's own
+        # projections), as the torch trainer's; its vectors never carry a gradient.
+        self.needs_teacher = bool(getattr(loss_fn, "needs_teacher", False))
+        self.teacher_head = [build_dense(d, self.dtype) for d in spec.dense]
+        for layer in self.teacher_head:
+            layer.freeze()
+        self._lora = list(lora_modules(model).values())
         self.tower.train()
         params = dict(tree_flatten(self.tower.trainable_parameters()))
         lora_names = [n for n in params if n.endswith(".lora_A") or n.endswith(".lora_B")]
@@ -139,7 +151,7 @@ class MLXTrainer:
         self.budget = memory_budget()
         self._bytes_per_token: float | None = None
         self._peak = self._last_peak = 0
-        mx.eval(self.tower.parameters(), self.opt)
+        mx.eval(self.tower.parameters(), self.opt, [t.parameters() for t in self.teacher_head])
         self._build(compiled)
 
     # ------------------------------------------------------------------------------ set-up
@@ -180,27 +192,64 @@ class MLXTrainer:
         self._replay_fn = comp(self._replay, reads, reads)
         self._emb_loss_fn = comp(mx.value_and_grad(self._loss_on_embeddings, argnums=(0, 1)), [], [])
         self._eval_fn = comp(self._eval_loss, [self.tower.state], [])
+        self._teacher_fn = comp(self._teacher_vectors, [self.tower.state, [t.state for t in self.teacher_head]], [])
 
     # -------------------------------------------------------------------- traced functions
     # Each takes ``train`` (a Python bool: part of mx.compile's cache key) and sets the mode
     # while tracing, so dropout is never baked into a trace meant for the other mode.
-    def _loss_on(self, q_ids, q_mask, d_ids, d_mask):
+    # ``teacher`` (the distillation term's input) is () or (query vectors, document vectors).
+    def _loss_on(self, q_ids, q_mask, d_ids, d_mask, *teacher):
         q = self.tower(q_ids, q_mask)  # (n_q, q_len, dim)
         d = self.tower(d_ids, d_mask)  # (n_d, d_len, dim)
-        return self.loss_fn(self.ops, q, q_mask, d, d_mask)
+        return self.loss_fn(self.ops, q, q_mask, d, d_mask, tuple(teacher) or None)
 
-    def _loss_on_embeddings(self, q, d, q_mask, d_mask):
-        return self.loss_fn(self.ops, q, q_mask, d, d_mask)
+    def _loss_on_embeddings(self, q, d, q_mask, d_mask, *teacher):
+        return self.loss_fn(self.ops, q, q_mask, d, d_mask, tuple(teacher) or None)
+
+    def _teacher_vectors(self, ids, mask):
+        """The frozen base's unit token vectors: every LoRA layer off, eval mode (no dropout,
+        no RNG drawn), the base's own Dense layers; no gradient."""
+        was = self.tower.training
+        self.tower.eval()
+        for m in self._lora:
+            m.enabled = False
+        try:
+            h = self.tower.model(ids, mask)
+            for layer in self.teacher_head:
+                h = layer(h)
+            h = h.astype(mx.float32)
+            return mx.stop_gradient(h / mx.maximum(mx.sqrt(mx.sum(h * h, axis=-1, keepdims=True)), 1e-12))
+        finally:
+            for m in self._lora:
+                m.enabled = True
+            self.tower.train(was)
+
+    def _teacher_in_graph(self, q_ids, q_mask, d_ids, d_mask) -> tuple:
+        """Inside a traced step: () or the teacher's (q, d) vectors."""
+        if not self.needs_teacher:
+            return ()
+        return self._teacher_vectors(q_ids, q_mask), self._teacher_vectors(d_ids, d_mask)
+
+    def _teacher_cached(self, ids, mask) -> mx.array:
+        """The teacher's vectors in mini-batches, each evaluated (the memory of one)."""
+        parts = []
+        for s in range(0, ids.shape[0], self.mini):
+            part = self._teacher_fn(ids[s : s + self.mini], mask[s : s + self.mini])
+            mx.eval(part)
+            parts.append(part)
+        return mx.concatenate(parts)
 
     def _fused_step(self, q_ids, q_mask, d_ids, d_mask, hp, train: bool):
         self.tower.train(train)
-        (loss, acc), grads = self._grad_fn(q_ids, q_mask, d_ids, d_mask)
+        teacher = self._teacher_in_graph(q_ids, q_mask, d_ids, d_mask)
+        (loss, acc), grads = self._grad_fn(q_ids, q_mask, d_ids, d_mask, *teacher)
         self._apply_grads(grads, hp)
         return loss, acc
 
     def _micro_grads(self, q_ids, q_mask, d_ids, d_mask, scale, train: bool):
         self.tower.train(train)
-        (loss, acc), grads = self._grad_fn(q_ids, q_mask, d_ids, d_mask)
+        teacher = self._teacher_in_graph(q_ids, q_mask, d_ids, d_mask)
+        (loss, acc), grads = self._grad_fn(q_ids, q_mask, d_ids, d_mask, *teacher)
         return loss, acc, tree_map(lambda g: g * scale, grads)
 
     def _apply_grads(self, grads, hp):
@@ -308,9 +357,11 @@ class MLXTrainer:
     def _step_cached(self, q_ids, q_mask, d_ids, d_mask, hp):
         """GradCache: embed in mini-batches without a graph, loss + gradients w.r.t. the
         embeddings over the whole batch, then each mini-batch's share of the weight gradient."""
+        teacher = ((self._teacher_cached(q_ids, q_mask), self._teacher_cached(d_ids, d_mask))
+                   if self.needs_teacher else ())
         q = self._embed_cached(q_ids, q_mask, 1)  # (n_q, q_len, dim), no graph
         d = self._embed_cached(d_ids, d_mask, 2)  # (n_d, d_len, dim)
-        (loss, acc), (q_grad, d_grad) = self._emb_loss_fn(q, d, q_mask, d_mask)
+        (loss, acc), (q_grad, d_grad) = self._emb_loss_fn(q, d, q_mask, d_mask, *teacher)
         mx.eval(loss, acc, q_grad, d_grad)
         total = self._replay_grads(q_ids, q_mask, q_grad, 1, None)
         total = self._replay_grads(d_ids, d_mask, d_grad, 2, total)

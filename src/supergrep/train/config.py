@@ -66,7 +66,7 @@ class TrainConfig:
     # -- speed ------------------------------------------------------------------------------
     precision: str = _f("auto", "fp32, bf16 or fp16 (autocast); auto: bf16 on GPUs that have it, fp32 on CPU.", ("auto", "fp32", "bf16", "fp16"))
     attn_implementation: str = _f("sdpa", "Attention kernels: sdpa or eager.", ("sdpa", "eager"))
-    compile: bool = _f(False, "torch.compile the encoder (dynamic shapes).")
+    compile: bool = _f(False, "torch.compile the encoder (dynamic shapes). backend torch only: the MLX backend always compiles its step (mx.compile), whatever this says.")
     gradient_checkpointing: bool = _f(False, "Recompute activations in backward (less memory, more time).")
     dynamic_batch: bool = _f(True, "On out-of-memory, halve the mini-batch and retry the step (switching to cached_contrastive keeps the negatives).")
     pad_multiple: int = _f(8, "Pad batch lengths to a multiple of this (tensor-core friendly shapes).")
