@@ -166,17 +166,49 @@ def test_merging_through_mlx_writes_what_torch_writes(mlx_checkpoint, tmp_path):
     assert json.loads((tmp_path / "mlx" / "config.json").read_text())["architectures"] == ["T5EncoderModel"]
 
 
-def test_a_checkpoint_missing_a_projection_is_refused(mlx_checkpoint, tmp_path):
+@pytest.mark.parametrize("victim", [0, 7, 13], ids=["first", "middle", "last"])
+def test_a_checkpoint_missing_a_projection_is_refused(mlx_checkpoint, tmp_path, victim):
+    """One projection gone from the adapter file (the keys of the rest shuffled), or from the
+    trainer state only: convert and merge refuse, write nothing, and the CLI says so in one line
+    with exit status 2."""
     import shutil
+
+    from click.testing import CliRunner
+
+    from supergrep.cli import main
+
+    def runner(args):
+        class _Main:
+            name = "supergrep"
+
+            def main(self, args=None, prog_name=None, **_):
+                main(list(args or []))
+
+        return CliRunner().invoke(_Main(), [str(a) for a in args])
 
     bad = tmp_path / "bad"
     shutil.copytree(mlx_checkpoint, bad)
     state = load_file(str(bad / "adapter_model.safetensors"))
-    victim = sorted(k for k in state if k.endswith("lora_A.weight"))[5]
-    del state[victim], state[victim.replace("lora_A", "lora_B")]
-    save_file(state, str(bad / "adapter_model.safetensors"))
+    name = sorted(k for k in state if k.endswith("lora_A.weight"))[victim]
+    del state[name], state[name.replace("lora_A", "lora_B")]
+    keys = list(state)
+    random.Random(victim).shuffle(keys)
+    save_file({k: state[k] for k in keys}, str(bad / "adapter_model.safetensors"))
     with pytest.raises(TrainingError, match="13 projections but its target_modules select 14"):
         verify_checkpoint(bad)
-    with pytest.raises(TrainingError):
-        convert_checkpoint(bad, tmp_path / "out", "torch")
-    assert not (tmp_path / "out").exists()
+    for target in ("torch", "mlx", "merged"):
+        r = runner(["convert", bad, "--to", target, "-o", tmp_path / f"out-{target}"])
+        assert r.exit_code == 2 and "13 projections" in r.output, r.output
+        assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
+        assert not (tmp_path / f"out-{target}").exists()
+    # ... or only from the trainer state: the adapter and the state must agree.
+    bad2 = tmp_path / "bad2"
+    shutil.copytree(mlx_checkpoint, bad2)
+    ts = load_file(str(bad2 / "trainer_state.safetensors"))
+    path = name[len("base_model.model."): -len(".lora_A.weight")]
+    gone = [k for k in ts if k.startswith(f"param.model.{path}.") or k.startswith(f"optim.model.{path}.")]
+    assert len(gone) >= 2
+    save_file({k: v for k, v in ts.items() if k not in gone}, str(bad2 / "trainer_state.safetensors"))
+    with pytest.raises(TrainingError, match="adapter and trainer state disagree"):
+        convert_checkpoint(bad2, tmp_path / "out2", "torch")
+    assert not (tmp_path / "out2").exists()
