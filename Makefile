@@ -42,8 +42,12 @@ demo: $(VENV)/.installed
 	$(BIN)/supergrep search "split camelCase identifiers into words" src -n 3
 	$(BIN)/supergrep search "which device should the model run on" src -n 3 --mode semantic
 
+# Where the dev extra installs MLX (mlx[cpu] on Linux x86_64/aarch64, mlx on Apple Silicon), the
+# MLX tests must run: the suite refuses to start if MLX does not import there.
+REQUIRE_MLX := $(shell uname -sm | grep -qE '^(Linux (x86_64|aarch64)|Darwin arm64)$$' && echo 1)
+
 test: $(VENV)/.dev
-	$(BIN)/python -m pytest -q
+	SUPERGREP_REQUIRE_MLX=$(REQUIRE_MLX) $(BIN)/python -m pytest -q
 
 # The public evaluation set (eval/public): fetch its corpora from PyPI, print the quality table.
 EVAL_ARGS = --queries eval/public/queries.jsonl -t python \

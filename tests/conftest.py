@@ -12,6 +12,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+def pytest_sessionstart(session):
+    """`make test` sets SUPERGREP_REQUIRE_MLX=1 where the dev extra installs MLX (Linux x86_64/
+    aarch64, macOS arm64): there the MLX tests must run, not skip because MLX went missing."""
+    if os.environ.get("SUPERGREP_REQUIRE_MLX") == "1":
+        try:
+            import mlx.core  # noqa: F401
+        except ImportError as exc:
+            raise pytest.UsageError(f"SUPERGREP_REQUIRE_MLX=1 but MLX does not import ({exc}); "
+                                    f"pip install -e '.[dev]' installs mlx[cpu] on Linux") from None
+
+
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path_factory, monkeypatch):
     """No test reads or writes the user's indexes, config or caches."""

@@ -44,3 +44,18 @@ def test_ruff_clean():
         pytest.skip("ruff is not installed (pip install -e '.[dev]')")
     out = subprocess.run([exe, "check", "--no-cache", "src", "tests"], cwd=SRC.parents[1], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout[-3000:]
+
+
+def test_dev_extra_installs_mlx_where_the_mlx_extra_does():
+    """CI runs `make test` (pip install -e '.[dev]'): the MLX parity tests need MLX there, and
+    mlx[cpu] must never come with mlx[cuda13] (both ship libmlx.so)."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+
+    extras = tomllib.loads((SRC.parents[1] / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    mlx = [r for r in extras["mlx"] if r.startswith("mlx")]
+    assert mlx and all(r in extras["dev"] for r in mlx)
+    assert any("mlx[cpu]" in r and "linux" in r for r in mlx)
+    assert not any("cuda" in r for r in extras["mlx"] + extras["dev"])

@@ -53,9 +53,20 @@ def test_encoder_with_cuda_device_is_a_usage_error(zoo):
 def test_unknown_backend(zoo):
     from supergrep.encoder import resolve_model
 
-    assert available_backends() == ["torch"]
-    with pytest.raises(UsageError, match="unknown backend 'jax'; choose one of: torch"):
+    assert available_backends() == ["mlx", "torch"]
+    with pytest.raises(UsageError, match="unknown backend 'jax'; choose one of: mlx, torch"):
         load_backend("jax", resolve_model(zoo.path("bert")))
+
+
+def test_backend_whose_framework_is_missing_names_the_install(zoo, monkeypatch):
+    import importlib.util
+
+    from supergrep.encoder import resolve_model
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlx" else real(name, *a))
+    with pytest.raises(UsageError, match=r"--backend mlx needs mlx, which is not installed: pip install 'supergrep\[mlx\]'"):
+        load_backend("mlx", resolve_model(zoo.path("bert")))
 
 
 def test_backend_forward_contract(zoo):

@@ -10,7 +10,7 @@ adapters have the same PEFT keys in both frameworks and a checkpoint moves betwe
 ``mx.fast.scaled_dot_product_attention``; only in training with attention dropout (which the
 fused kernel cannot apply) the scores are materialised. Dropout follows each
 ``config.json`` (active in ``train()`` mode: an ``mlx.nn.Module`` starts in training mode, so
-inference callers call ``eval()``).
+inference callers call ``model.eval()``).
 
 Checked against ``transformers`` 5.x ``modeling_bert.py``, ``modeling_roberta.py``,
 ``modeling_mpnet.py`` and ``modeling_t5.py``; ``tests/encoder/test_mlx_layouts.py`` compares
