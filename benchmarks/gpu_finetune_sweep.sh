@@ -14,10 +14,12 @@ while [ $# -ge 2 ]; do
       --output-dir "$out" --quiet --json $flags > "/tmp/sweep/$name.json" 2> "/tmp/sweep/$name.err" \
       || { echo "$name failed"; tail -5 "/tmp/sweep/$name.err"; continue; }
   cat "/tmp/sweep/$name.json"; echo
-  last=$(ls -d "$out"/step_* | tail -1)
-  mkdir -p "/tmp/pack/$name"
-  cp -r "$last"/{adapter_config.json,adapter_model.safetensors,projection,supergrep_model.json,run_config.json} "/tmp/pack/$name/"
+  # Every kept checkpoint (a few MB each), so the trajectory can be evaluated, not just the end.
+  for ck in "$out"/step_*; do
+    mkdir -p "/tmp/pack/$name/${ck##*/}"
+    cp -r "$ck"/{adapter_config.json,adapter_model.safetensors,projection,supergrep_model.json,run_config.json} "/tmp/pack/$name/${ck##*/}/"
+  done
   cp "$out/metrics.jsonl" "/tmp/pack/$name/"
   cp "$out/loss.png" "/tmp/pack/$name/" 2>/dev/null
+  tar -C /tmp/pack -cf "${OUT:-/tmp}/sweep.tar" .  # after every run: a time limit keeps what finished
 done
-tar -C /tmp/pack -cf "${OUT:-/tmp}/sweep.tar" .
