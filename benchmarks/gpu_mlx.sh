@@ -59,6 +59,8 @@ run)
     "$STAGE/$CUDA_WHEEL" "$STAGE"/mlx-"$MLX_VERSION"-*.whl
   nv=$(python3 -c "import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))")
   ln -sfn "$nv/nvidia" "$SITE/nvidia"  # libmlx.so's RPATH: $ORIGIN/../../nvidia/{cu13,cublas,cudnn,...}/lib
+  # NVRTC (MLX's JIT kernels) needs the CUDA runtime headers: site/nvidia/... or CUDA_HOME.
+  [ -n "${CUDA_HOME:-}" ] || [ ! -d /usr/local/cuda/include ] || export CUDA_HOME=/usr/local/cuda
   export PYTHONPATH="$SITE:$PWD/src" PYTHONUNBUFFERED=1 SUPERGREP_HOME=/tmp/sg HF_HUB_OFFLINE=1
   mkdir -p "$OUT"
   python3 - <<'EOF' | tee "$OUT/mlx-gpu-env.json"
