@@ -13,7 +13,7 @@
 #   # 2. device call 1, carry [".gpu/mlx-cuda/a"] (44 MiB):
 #   bash benchmarks/gpu_mlx.sh stage .gpu/mlx-cuda/a
 #   # 3. device call 2 on the same warm machine, carry [".gpu/mlx-cuda/b"] (42 MiB):
-#   bash benchmarks/gpu_mlx.sh run .gpu/mlx-cuda/b            # -> $OUT/*.json, about 5-8 minutes
+#   bash benchmarks/gpu_mlx.sh run .gpu/mlx-cuda/b            # -> $OUT/*.json, at most about 9 minutes (timeout_s 600)
 #
 # `run` installs into /tmp/mlx-site (nothing system-wide), links the torch environment's nvidia/
 # libraries where libmlx.so's RPATH looks for them, checks that MLX sees the GPU, then runs each
@@ -94,9 +94,9 @@ print(json.dumps({"docs": len(docs), "tokens": int(len(a)), "dtype": str(dtype),
                   "max_abs_err": float(np.abs(a - m).max())}))
 EOF
   common=(--device cuda --precision bf16 --steps 20 --warmup 3 --encode 2000 --matmul 4096 --rounds 1 ${BENCH_ARGS:-})
-  timeout 240 python3 benchmarks/mlx_vs_torch.py --random-model minilm --batch-size 64 --document-max-tokens 256 \
+  timeout 180 python3 benchmarks/mlx_vs_torch.py --random-model minilm --batch-size 64 --document-max-tokens 256 \
     --query-max-tokens 32 "${common[@]}" "$@" --out "$OUT/mlx-vs-torch-gpu-minilm.json" || echo "minilm run failed ($?)"
-  timeout 300 python3 benchmarks/mlx_vs_torch.py --random-model bert-base --batch-size 32 --document-max-tokens 256 \
+  timeout 240 python3 benchmarks/mlx_vs_torch.py --random-model bert-base --batch-size 32 --document-max-tokens 256 \
     --query-max-tokens 32 "${common[@]}" "$@" --out "$OUT/mlx-vs-torch-gpu-bert-base.json" || echo "bert-base run failed ($?)"
   ls -la "$OUT"
   ;;
