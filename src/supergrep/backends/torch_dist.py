@@ -53,36 +53,43 @@ def _timeout() -> timedelta:
     return timedelta(seconds=float(os.environ.get("SUPERGREP_DIST_TIMEOUT_S", DEFAULT_TIMEOUT_S)))
 
 
+def rank_device(setting: str, world: World) -> str:
+    """The device of one rank: auto/cuda -> cuda:LOCAL_RANK when CUDA is there (else CPU for
+    auto); cpu and mps as asked (all ranks share them)."""
+    want = (setting or "auto").strip().lower()
+    if want.startswith("cuda:"):
+        raise UsageError(f"--device {want} with several processes: each rank uses cuda:LOCAL_RANK; pass --device "
+                         f"cuda (or auto) and pick GPUs with CUDA_VISIBLE_DEVICES")
+    picked = pick_device(want)
+    if picked == "cuda":
+        n = torch.cuda.device_count()
+        if world.local_rank >= n:
+            raise UsageError(f"LOCAL_RANK {world.local_rank} but only {n} CUDA device(s): start at most {n} "
+                             f"processes (--workers / --nproc-per-node)")
+        return f"cuda:{world.local_rank}"
+    return picked
+
+
 class TorchCollective:
     """This process's membership in torchrun's process group.
 
     Args:
         world: From ``World.from_env()``.
         device: The run's device setting: auto/cuda put rank r on cuda:LOCAL_RANK with NCCL
-            (when CUDA is there), cpu uses gloo.
-        comm: "auto" (NCCL for CUDA, else gloo) or "gloo" (always: the indexer passes NumPy
-            arrays between ranks, which gloo moves without a detour through the GPU).
+            (when CUDA is there), cpu uses gloo (the indexer passes "cpu" whatever it encodes
+            on: its texts and NumPy vectors live in host memory, which gloo moves directly).
     """
 
-    def __init__(self, world: World, device: str = "auto", comm: str = "auto"):
+    def __init__(self, world: World, device: str = "auto"):
         self.world = world
-        want = (device or "auto").strip().lower()
-        if want.startswith("cuda:") and want != f"cuda:{world.local_rank}":
-            raise UsageError(f"--device {want} under torchrun: each rank uses cuda:LOCAL_RANK; pass --device cuda "
-                             f"(or auto) and pick GPUs with CUDA_VISIBLE_DEVICES")
-        picked = pick_device("cuda" if want.startswith("cuda:") else want)
+        picked = rank_device(device, world)
         if picked == "mps":
             raise UsageError("distributed training needs CUDA or CPU (MPS has no torch.distributed backend)")
-        if picked.startswith("cuda"):
-            if world.local_rank >= torch.cuda.device_count():
-                raise UsageError(f"LOCAL_RANK {world.local_rank} but only {torch.cuda.device_count()} CUDA device(s); "
-                                 f"start at most that many processes per node")
-            self.torch_device = torch.device("cuda", world.local_rank)
+        self.torch_device = torch.device(picked)
+        if self.torch_device.type == "cuda":
             torch.cuda.set_device(self.torch_device)
-        else:
-            self.torch_device = torch.device("cpu")
         self.device = str(self.torch_device)
-        backend = "nccl" if self.torch_device.type == "cuda" and comm == "auto" else "gloo"
+        backend = "nccl" if self.torch_device.type == "cuda" else "gloo"
         self._owns = not dist.is_initialized()
         if self._owns:
             kwargs: dict[str, Any] = {"timeout": _timeout()}
@@ -124,6 +131,12 @@ class TorchCollective:
         box = [obj]
         dist.broadcast_object_list(box, src=src)
         return box[0]
+
+    def gather_to_main(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj`` on rank 0 (in rank order); the others get []."""
+        out: list[Any] | None = [None] * self.world.size if self.world.is_main else None
+        dist.gather_object(obj, out, dst=0)
+        return out or []
 
     def close(self) -> None:
         """Leave the group (only if this object joined it)."""
