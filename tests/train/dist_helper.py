@@ -41,9 +41,10 @@ def gradients(job: dict, name: str, overrides: dict, coll) -> None:
     tok = RoleTokenizer(spec)
     cache = cached_tokens(load_pairs(cfg.train_file, split="train")[:64], None, spec, tok, "t")
     rows = bucket_batches(np.asarray(cache.doc_lengths()), cfg.batch_size, 0, 0)[0]
-    widths = _batch_widths(cache, rows, False, cfg.pad_multiple, 0)
+    negs = cfg.hard_negatives
+    widths = _batch_widths(cache, rows, negs, cfg.pad_multiple, 0)
     mine = shard_rows(rows, world.rank, world.size, cfg.grad_accum_steps)
-    batch = collate(cache, mine, tok, 0, False, cfg.pad_multiple, widths=widths)
+    batch = collate(cache, mine, tok, 0, negs, cfg.pad_multiple, widths=widths)
     loss_fn = contrastive_loss(cfg.temperature, cfg.margin, cfg.margin_weight, cfg.distill_weight,
                                cfg.distill_temperature)
     lora = LoRAConfig(cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, tuple(cfg.lora_target_modules))

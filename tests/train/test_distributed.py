@@ -75,13 +75,23 @@ def one_process_grads(model: Path, pairs: Path, overrides: dict) -> tuple[float,
     tok = RoleTokenizer(spec)
     cache = cached_tokens(load_pairs(cfg.train_file, split="train")[:64], None, spec, tok, "t")
     rows = bucket_batches(np.asarray(cache.doc_lengths()), cfg.batch_size, 0, 0)[0]
-    batch = collate(cache, rows, tok, 0, False, cfg.pad_multiple)
+    batch = collate(cache, rows, tok, 0, cfg.hard_negatives, cfg.pad_multiple)
     lora = LoRAConfig(cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, tuple(cfg.lora_target_modules))
     trainer = make_trainer(cfg, spec, lora)
     trainer.train_step(batch, 1e-3)
     step = trainer._step_cached if trainer.cached else trainer._step_plain
     loss, _ = step(*trainer._to_device(batch))
     return float(loss), {f"grad.{n}": p.grad.detach().numpy() for n, p in trainer.params.items()}
+
+
+def with_negatives(pairs: Path, tmp_path: Path) -> Path:
+    """The pairs with 0, 1 or 2 hard negatives each: ranks hold different numbers of them."""
+    rows = [json.loads(line) for line in pairs.read_text().splitlines()]
+    for i, r in enumerate(rows):
+        r["negatives"] = [rows[(i + k) % len(rows)]["code"] for k in range(1, 1 + i % 3)]
+    out = tmp_path / "negatives.jsonl"
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return out
 
 
 def test_two_ranks_train_resume_and_checkpoint_like_one_process(still_model, pairs_file, tmp_path):
@@ -91,7 +101,8 @@ def test_two_ranks_train_resume_and_checkpoint_like_one_process(still_model, pai
                                           "output_dir": str(one), **KEYS}), show_progress=False)
     grads = {"plain": dict(KEYS, batch_size=8),
              "cached": dict(KEYS, batch_size=8, cached_contrastive=True, mini_batch_size=3, distill_weight=0.5),
-             "accum": dict(KEYS, batch_size=8, grad_accum_steps=2)}
+             "accum": dict(KEYS, batch_size=8, grad_accum_steps=2),
+             "negatives": dict(KEYS, batch_size=8, hard_negatives=True, train_file=str(with_negatives(pairs_file, tmp_path)))}
     job = {"model": str(still_model), "pairs": str(pairs_file), "out": str(tmp_path),
            "train_args": flags(KEYS) + ["--quiet"], "resume": str(one / "step_0000003"),
            "grads": [{"name": k, "cfg": v} for k, v in grads.items()]}
@@ -100,7 +111,8 @@ def test_two_ranks_train_resume_and_checkpoint_like_one_process(still_model, pai
     r = torchrun(2, str(HELPER), str(tmp_path / "job.json"))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
 
-    # Gradients: the mean over ranks of (local queries x all ranks' documents) = the full batch's.
+    # Gradients: the mean over ranks of (local queries x all ranks' documents) = the full batch's,
+    # in plain, GradCache (with distillation), accumulation and uneven-hard-negatives steps.
     for name, overrides in grads.items():
         want_loss, want = one_process_grads(still_model, pairs_file, overrides)
         got = np.load(tmp_path / f"grads-{name}.npz")
