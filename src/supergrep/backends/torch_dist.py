@@ -248,16 +248,17 @@ class DistributedTorchTrainer(TorchTrainer):
 
     def _sync_gradients(self) -> None:
         """Average the trainable gradients over the ranks: one flat all-reduce."""
-        params = list(self.params.values())
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        # A weight without a gradient has none on every rank (the same graph everywhere); AdamW
+        # skips it, as in one process.
+        params = [p for p in self.params.values() if p.grad is not None]
+        if not params:
+            return
+        grads = [p.grad for p in params]
         flat = torch._utils._flatten_dense_tensors(grads)
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
         flat.div_(self.world_size)
-        for p, g in zip(params, torch._utils._unflatten_dense_tensors(flat, grads), strict=True):
-            if p.grad is None:
-                p.grad = g.clone()
-            else:
-                p.grad.copy_(g)
+        for g, avg in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads), strict=True):
+            g.copy_(avg)
 
     def _recover_from_oom(self, batch) -> None:
         raise TrainingError(
