@@ -84,6 +84,10 @@ def index_cmd(path: str | None, force: bool, as_json: bool, workers: int, opts: 
 
 def relaunch_under_torchrun(workers: int, root: Path, force: bool, as_json: bool, opts: Options) -> None:
     """Replace this process with torchrun starting ``workers`` copies of this command."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise UsageError("--workers needs PyTorch (torch.distributed and torchrun); install supergrep with torch")
     args = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(workers),
             "-m", "supergrep", "index", str(root), "--workers", str(workers)]
     args += ["--force"] * force + ["--json"] * as_json
