@@ -10,7 +10,8 @@ What a step does (``train_step``), in order:
      it - all negatives, a mini-batch's memory;
   3. on out-of-memory (with ``dynamic_batch``): drop the partial gradients, switch to cached
      mode with half the mini-batch and retry the same step;
-  4. clip, AdamW step, zero the gradients.
+  4. (distributed: average the gradients over the ranks, ``torch_dist.py``) clip, AdamW step,
+     zero the gradients.
 Losses and accuracies stay on the device; the loop reads them back every ``log_every`` steps.
 """
 
@@ -303,6 +304,7 @@ class TorchTrainer:
                     raise
                 self._recover_from_oom(batch)
         self._maybe_grow()
+        self._sync_gradients()
         self.scaler.unscale_(self.optimizer)
         if self.cfg.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(list(self.params.values()), self.cfg.max_grad_norm)
@@ -310,6 +312,10 @@ class TorchTrainer:
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         return loss, acc
+
+    def _sync_gradients(self) -> None:
+        """Between the step's last backward and clipping: nothing in one process (the
+        distributed trainer averages the gradients over the ranks here)."""
 
     def _recover_from_oom(self, batch: Batch) -> None:
         self.optimizer.zero_grad(set_to_none=True)

@@ -44,12 +44,20 @@ def train_cmd(train_config: Path | None, resume: str | None, as_json: bool, quie
         supergrep train --train-file pairs.jsonl --max-steps 2000 --output-dir runs/minilm
 
         supergrep train --config run.yaml --resume
+
+    Several GPUs (or CPU processes): the same command under torchrun, with the global
+    --batch-size split over the ranks (docs/distributed.md):
+
+        torchrun --nproc-per-node 4 -m supergrep train --config run.yaml
     """
     from supergrep.train.config import load_train_config
+    from supergrep.train.distributed import World
     from supergrep.train.loop import run_training
 
     cfg = load_train_config(train_config, keys)
     res = run_training(cfg, resume=(True if resume == "latest" else resume) or False, show_progress=not quiet)
+    if World.from_env().rank:
+        return  # under torchrun, rank 0 reports for everyone
     summary = {
         "output_dir": str(res.output_dir), "checkpoint": str(res.checkpoint) if res.checkpoint else None,
         "steps": res.steps, "train_pairs": res.train_pairs, "val_pairs": res.val_pairs,

@@ -190,19 +190,21 @@ def _pad(rows: list[np.ndarray], pad_id: int, multiple: int, width: int | None =
 
 
 def collate(cache: TokenCache, rows: np.ndarray, tokenizer: RoleTokenizer, query_expansion_to: int,
-            use_negatives: bool, pad_multiple: int, epoch: int = 0, index: int = 0) -> Batch:
+            use_negatives: bool, pad_multiple: int, epoch: int = 0, index: int = 0,
+            widths: tuple[int, int] | None = None) -> Batch:
     """Pad one batch. With query expansion, queries are filled to ``query_expansion_to`` with
-    the mask token and those positions count as real query tokens (ColBERT)."""
+    the mask token and those positions count as real query tokens (ColBERT). ``widths``
+    (query, document) overrides the padded lengths (a rank's shard takes its global batch's)."""
     queries = [cache.query(int(i)) for i in rows]
     if query_expansion_to:
         q_ids, q_mask = _pad(queries, tokenizer.mask_id, 1, query_expansion_to)
         q_mask[:] = True
     else:
-        q_ids, q_mask = _pad(queries, tokenizer.pad_id, pad_multiple)
+        q_ids, q_mask = _pad(queries, tokenizer.pad_id, pad_multiple, widths[0] if widths else None)
     docs = [cache.document(int(i)) for i in rows]
     if use_negatives:
         docs += [n for i in rows for n in cache.negatives(int(i))]
-    d_ids, d_mask = _pad(docs, tokenizer.pad_id, pad_multiple)
+    d_ids, d_mask = _pad(docs, tokenizer.pad_id, pad_multiple, widths[1] if widths else None)
     return Batch(q_ids, q_mask, d_ids, d_mask, epoch, index)
 
 

@@ -41,6 +41,13 @@ from supergrep.train.data import (
     cached_tokens,
     collate,
 )
+from supergrep.train.distributed import (
+    World,
+    check_config,
+    global_widths,
+    shard_rows,
+    start_collective,
+)
 from supergrep.train.losses import contrastive_loss
 from supergrep.train.report import MetricsLog, plot_losses
 
@@ -170,6 +177,37 @@ def _load_data(cfg: TrainConfig, spec: ModelSpec, tokenizer: RoleTokenizer) -> t
     return train_cache, val_cache
 
 
+def make_distributed_trainer(cfg: TrainConfig, spec: ModelSpec, lora: LoRAConfig, collective):
+    """One rank's trainer of a torchrun job (torch only: ``start_collective`` refuses others)."""
+    from supergrep.backends.torch_dist import DistributedTorchTrainer
+
+    loss = contrastive_loss(cfg.temperature, cfg.margin, cfg.margin_weight, cfg.distill_weight,
+                            cfg.distill_temperature)
+    return DistributedTorchTrainer(spec, cfg, lora, loss, collective)
+
+
+def _batch_widths(cache: TokenCache, rows: np.ndarray, use_negatives: bool, pad_multiple: int,
+                  q_expand: int) -> tuple[int, int]:
+    """The padded (query, document) widths of a whole global batch (every rank pads its shard
+    to them)."""
+    q_len = np.diff(cache.q_off)[rows]
+    d_len = np.diff(cache.d_off)[rows]
+    if use_negatives:
+        negs = [j for i in rows for j in range(int(cache.n_of[i]), int(cache.n_of[i + 1]))]
+        if negs:
+            d_len = np.concatenate([d_len, np.diff(cache.n_off)[negs]])
+    return global_widths(q_len, d_len, pad_multiple, q_expand)
+
+
+class _NoMetrics:
+    """What ranks other than 0 log: nothing."""
+
+    tb = None
+
+    def write(self, event: dict) -> None:
+        pass
+
+
 class _Progress:
     def __init__(self, total: int, initial: int, enabled: bool):
         self.bar = None
@@ -202,9 +240,27 @@ def run_training(cfg: TrainConfig, resume: bool | str | Path = False, show_progr
         TrainingError: a non-finite loss (naming the step; the last good checkpoint stays),
             out of memory at mini-batch 1, or a checkpoint that does not fit.
     """
+    world = World.from_env()
+    if not world.distributed:
+        return _run(cfg, resume, show_progress, on_event, world, None)
+    check_config(cfg.batch_size, cfg.grad_accum_steps, world)
+    coll = start_collective(cfg.backend, world, cfg.device)
+    try:
+        return _run(cfg, resume, show_progress and world.is_main, on_event if world.is_main else None, world, coll)
+    finally:
+        coll.close()
+
+
+def _run(cfg: TrainConfig, resume: bool | str | Path, show_progress: bool, on_event: Callable[[dict], None] | None,
+         world: World, coll) -> TrainResult:
+    """``run_training`` for one process, or for one rank of a torchrun job (``coll`` set):
+    rank 0 alone writes checkpoints, metrics and plots; every rank takes its shard of each
+    global batch; logged figures are reduced over the ranks."""
     t_start = time.perf_counter()
+    main = world.is_main
     out = Path(cfg.output_dir)
-    ckpt.clean_temporaries(out)
+    if main:
+        ckpt.clean_temporaries(out)
     state = None
     if resume:
         path = Path(resume) if not isinstance(resume, bool) else None
@@ -222,9 +278,13 @@ def run_training(cfg: TrainConfig, resume: bool | str | Path = False, show_progr
             )
     spec = training_spec(cfg)
     tokenizer = RoleTokenizer(spec)
+    if coll is not None and not main:
+        coll.barrier()  # rank 0 builds the token cache first; the others then read it
     train_cache, val_cache = _load_data(cfg, spec, tokenizer)
+    if coll is not None and main:
+        coll.barrier()
     lora = LoRAConfig(cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, tuple(cfg.lora_target_modules))
-    trainer = make_trainer(cfg, spec, lora)
+    trainer = make_trainer(cfg, spec, lora) if coll is None else make_distributed_trainer(cfg, spec, lora, coll)
     lengths = np.asarray(train_cache.doc_lengths())
     steps_per_epoch = len(bucket_batches(lengths, cfg.batch_size, cfg.seed, 0))
     total = cfg.max_steps or max(1, math.ceil(cfg.epochs * steps_per_epoch))
@@ -234,8 +294,8 @@ def run_training(cfg: TrainConfig, resume: bool | str | Path = False, show_progr
         trainer.load_state(state.tensors, state.meta)
         step, epoch, index = state.step, state.epoch, state.index
         log.info("resumed from %s at step %d", state.path, step)
-    metrics = MetricsLog(out / "metrics.jsonl", resume_step=step if state is not None else None)
-    if cfg.tensorboard:
+    metrics = MetricsLog(out / "metrics.jsonl", resume_step=step if state is not None else None) if main else _NoMetrics()
+    if cfg.tensorboard and main:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
@@ -254,7 +314,11 @@ def run_training(cfg: TrainConfig, resume: bool | str | Path = False, show_progr
             e, i = e + 1, 0
 
     def make(rows: np.ndarray, e: int, i: int) -> Batch:
-        return collate(train_cache, rows, tokenizer, q_expand, cfg.hard_negatives, cfg.pad_multiple, e, i)
+        if coll is None:
+            return collate(train_cache, rows, tokenizer, q_expand, cfg.hard_negatives, cfg.pad_multiple, e, i)
+        widths = _batch_widths(train_cache, rows, cfg.hard_negatives, cfg.pad_multiple, q_expand)
+        mine = shard_rows(rows, world.rank, world.size, cfg.grad_accum_steps)
+        return collate(train_cache, mine, tokenizer, q_expand, cfg.hard_negatives, cfg.pad_multiple, e, i, widths)
 
     val_batches: list[Batch] = []
     if val_cache is not None:
@@ -265,9 +329,13 @@ def run_training(cfg: TrainConfig, resume: bool | str | Path = False, show_progr
     def validate() -> dict:
         if not val_batches:
             return {}
-        got = [trainer.eval_batch(b) for b in val_batches]
+        mine = range(world.rank, len(val_batches), world.size)  # whole batches, shared out over the ranks
+        got = [trainer.eval_batch(val_batches[i]) for i in mine]
         losses = trainer.to_host([g[0] for g in got])
         accs = trainer.to_host([g[1] for g in got])
+        if coll is not None:
+            rows = sorted(r for part in coll.gather_objects(list(zip(mine, losses, accs, strict=True))) for r in part)
+            losses, accs = [r[1] for r in rows], [r[2] for r in rows]
         ev = {"kind": "val", "step": step, "val_loss": float(np.mean(losses)), "val_acc": float(np.mean(accs)),
               "val_batches": len(val_batches)}
         metrics.write(ev)
@@ -290,6 +358,13 @@ def run_training(cfg: TrainConfig, resume: bool | str | Path = False, show_progr
             return
         losses = trainer.to_host([p[1] for p in pending])
         accs = trainer.to_host([p[2] for p in pending])
+        memory = trainer.memory()
+        if coll is not None:  # each rank's mean over its equal share: the global mean is their mean
+            n = len(losses)
+            sums = coll.sum(losses + accs + [float(window_tokens)])
+            losses, accs = [v / world.size for v in sums[:n]], [v / world.size for v in sums[n : 2 * n]]
+            window_tokens = int(sums[-1])
+            memory = dict(zip(memory, map(int, coll.max([float(v) for v in memory.values()])), strict=True))
         for (s, _, _), v in zip(pending, losses, strict=True):
             if not math.isfinite(v):
                 where = f"; the last good checkpoint is {last_saved}" if last_saved else "; no checkpoint was written"
@@ -301,7 +376,7 @@ def run_training(cfg: TrainConfig, resume: bool | str | Path = False, show_progr
               "lr": get_lr(pending[-1][0], cfg.lr, cfg.warmup_steps, total, cfg.min_lr_ratio),
               "samples_per_s": window_samples / dt if dt > 0 else 0.0,
               "tokens_per_s": window_tokens / dt if dt > 0 else 0.0,
-              "elapsed_s": time.perf_counter() - t_start, **trainer.memory()}
+              "elapsed_s": time.perf_counter() - t_start, **memory}
         metrics.write(ev)
         if on_event:
             on_event(ev)
@@ -311,7 +386,11 @@ def run_training(cfg: TrainConfig, resume: bool | str | Path = False, show_progr
     def save(pos_epoch: int, pos_index: int) -> Path:
         nonlocal last_saved
         flush()  # never checkpoint a NaN
-        tensors, meta = trainer.state()
+        tensors, meta = trainer.state()  # (a collective under torchrun: every rank's RNG)
+        if not main:
+            last_saved = out / f"step_{step:07d}"
+            coll.barrier()  # rank 0 is writing it
+            return last_saved
         weight, replaces = trainer.projection()
         last_saved = ckpt.save_checkpoint(
             out, step, epoch=pos_epoch, index=pos_index, base_ref=base_reference(spec),
@@ -320,6 +399,8 @@ def run_training(cfg: TrainConfig, resume: bool | str | Path = False, show_progr
             projection=weight, replaces_base_dense=replaces, tensors=tensors, meta=meta,
             run_config=cfg.to_dict(), keep_last=cfg.keep_last, metrics={"loss": last_loss},
         )
+        if coll is not None:
+            coll.barrier()
         return last_saved
 
     progress = _Progress(total, step, show_progress)
@@ -339,7 +420,7 @@ def run_training(cfg: TrainConfig, resume: bool | str | Path = False, show_progr
             loss, acc = trainer.train_step(batch, get_lr(step, cfg.lr, cfg.warmup_steps, total, cfg.min_lr_ratio))
             pending.append((step, loss, acc))
             crashpoint("train_step")
-            window_samples += batch.q_ids.shape[0]
+            window_samples += batch.q_ids.shape[0] * world.size  # every rank's share is the same size
             window_tokens += batch.n_tokens
             n_batches = steps_per_epoch  # every epoch has the same number of full batches
             next_pos = (batch.epoch, batch.index + 1) if batch.index + 1 < n_batches else (batch.epoch + 1, 0)
@@ -362,9 +443,12 @@ def run_training(cfg: TrainConfig, resume: bool | str | Path = False, show_progr
     seconds = time.perf_counter() - t_start
     trained = step - start_step
     train_seconds = time.perf_counter() - train_t0
-    plot_losses(metrics.read(), out / "loss.png")
+    if main:
+        plot_losses(metrics.read(), out / "loss.png")
     summary = {"kind": "summary", "step": step, "seconds": seconds, "train_seconds": train_seconds,
                "data_wait_s": data_wait, "samples_per_s": trained * cfg.batch_size / train_seconds if trained else 0.0}
+    if world.distributed:
+        summary["world_size"] = world.size
     metrics.write(summary)
     return TrainResult(out, last_saved, step, total, len(train_cache), len(val_cache) if val_cache else 0,
                        seconds, summary["samples_per_s"], last_loss, val, trainer.oom_events)
