@@ -42,6 +42,7 @@ from supergrep.train.data import (
     collate,
 )
 from supergrep.train.losses import contrastive_loss
+from supergrep.train.memory import MemoryRecorder
 from supergrep.train.report import MetricsLog, plot_losses
 
 log = logging.getLogger(__name__)
@@ -246,8 +247,10 @@ def run_training(cfg: TrainConfig, resume: bool | str | Path = False, show_progr
                 left -= 1
             e, i = e + 1, 0
 
+    pack_to = cfg.document_max_tokens if cfg.packing else 0
+
     def make(rows: np.ndarray, e: int, i: int) -> Batch:
-        return collate(train_cache, rows, tokenizer, q_expand, cfg.hard_negatives, cfg.pad_multiple, e, i)
+        return collate(train_cache, rows, tokenizer, q_expand, cfg.hard_negatives, cfg.pad_multiple, e, i, pack_to)
 
     val_batches: list[Batch] = []
     if val_cache is not None:
@@ -315,6 +318,7 @@ def run_training(cfg: TrainConfig, resume: bool | str | Path = False, show_progr
         )
         return last_saved
 
+    memory = MemoryRecorder(device=str(getattr(trainer, "device", "")) or None) if cfg.memory_profile else None
     progress = _Progress(total, step, show_progress)
     prefetch = Prefetcher(plan(), make, cfg.prefetch_batches)
     next_pos = (epoch, index)
@@ -331,6 +335,8 @@ def run_training(cfg: TrainConfig, resume: bool | str | Path = False, show_progr
             step += 1
             loss, acc = trainer.train_step(batch, get_lr(step, cfg.lr, cfg.warmup_steps, total, cfg.min_lr_ratio))
             pending.append((step, loss, acc))
+            if memory is not None:
+                memory.sample(step)
             crashpoint("train_step")
             window_samples += batch.q_ids.shape[0]
             window_tokens += batch.n_tokens
@@ -358,6 +364,12 @@ def run_training(cfg: TrainConfig, resume: bool | str | Path = False, show_progr
     plot_losses(metrics.read(), out / "loss.png")
     summary = {"kind": "summary", "step": step, "seconds": seconds, "train_seconds": train_seconds,
                "data_wait_s": data_wait, "samples_per_s": trained * cfg.batch_size / train_seconds if trained else 0.0}
+    if memory is not None:
+        memory.write_jsonl(out / "memory.jsonl")
+        memory.plot(out / "memory.png", title=f"memory: {out.name}")
+        summary["memory"] = memory.summary()
+        if summary["memory"]["leak"]:
+            log.warning("memory keeps growing: %s (see %s)", summary["memory"]["leaks"], out / "memory.png")
     metrics.write(summary)
     return TrainResult(out, last_saved, step, total, len(train_cache), len(val_cache) if val_cache else 0,
                        seconds, summary["samples_per_s"], last_loss, val, trainer.oom_events)
