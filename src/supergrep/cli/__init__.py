@@ -24,6 +24,7 @@ from supergrep.cli.cmd_eval_pairs import eval_pairs_cmd  # noqa: E402
 from supergrep.cli.cmd_index import index_cmd  # noqa: E402
 from supergrep.cli.cmd_merge import merge_cmd  # noqa: E402
 from supergrep.cli.cmd_mine import mine_cmd  # noqa: E402
+from supergrep.cli.cmd_profile import profile_cmd  # noqa: E402
 from supergrep.cli.cmd_search import search_cmd  # noqa: E402
 from supergrep.cli.cmd_status import chunks_cmd, clean_cmd, files_cmd, status_cmd  # noqa: E402
 from supergrep.cli.cmd_train import train_cmd  # noqa: E402
@@ -62,11 +63,13 @@ def cli() -> None:
       supergrep eval-pairs --pairs val.jsonl              docstring -> code retrieval
       supergrep train --train-file pairs.jsonl           fine-tune (LoRA), see docs/training.md
       supergrep merge CHECKPOINT -o DIR                  fold the adapter into a plain model
+      supergrep profile --config run.yaml                where a training step's time goes
+      supergrep bench train|encode                       speed, MFU and memory over a grid
     """
 
 
 for _cmd in (search_cmd, index_cmd, status_cmd, files_cmd, chunks_cmd, clean_cmd, eval_cmd, eval_pairs_cmd,
-             mine_cmd, train_cmd, merge_cmd):
+             mine_cmd, train_cmd, merge_cmd, profile_cmd):
     cli.add_command(_cmd)
 
 
