@@ -19,6 +19,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import click  # noqa: E402
 
 from supergrep import __version__  # noqa: E402
+from supergrep.cli.cmd_bench import bench_group  # noqa: E402
 from supergrep.cli.cmd_eval import eval_cmd  # noqa: E402
 from supergrep.cli.cmd_eval_pairs import eval_pairs_cmd  # noqa: E402
 from supergrep.cli.cmd_index import index_cmd  # noqa: E402
@@ -69,7 +70,7 @@ def cli() -> None:
 
 
 for _cmd in (search_cmd, index_cmd, status_cmd, files_cmd, chunks_cmd, clean_cmd, eval_cmd, eval_pairs_cmd,
-             mine_cmd, train_cmd, merge_cmd, profile_cmd):
+             mine_cmd, train_cmd, merge_cmd, profile_cmd, bench_group):
     cli.add_command(_cmd)
 
 
