@@ -7,7 +7,7 @@ code-capable tokenizer available offline here: google/xtr-base-en's sentencepiec
 without truncation, caps at --cap and writes a histogram as JSON.
 
     python benchmarks/doc_lengths.py /work/wt-mine/.cache/corpus/pairs.jsonl \
-        -o benchmarks/workloads/doc-lengths.json --sample 50000
+        -o src/supergrep/bench/doc_lengths.json --sample 50000
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ def main() -> None:
     tok = AutoTokenizer.from_pretrained(str(default_model_dir()), local_files_only=True)
     enc = tok.backend_tokenizer
     enc.no_truncation()
+    enc.no_padding()  # the MiniLM tokenizer.json pads to 128 by default
     lengths = np.array([len(e.ids) for e in enc.encode_batch(docs)])  # [CLS] ... [SEP]
     capped = np.minimum(lengths, args.cap)
     counts = np.bincount(capped, minlength=args.cap + 1)

@@ -210,9 +210,16 @@ def build_trainer(wl: Workload, v: Variant, device: str, batch_size: int):
     return make_trainer(cfg, spec, lora)
 
 
-def workload_flops(wl: Workload, device: str = "cpu") -> ModelFlops:
-    tr = build_trainer(wl, Variant("count"), "cpu", wl.batch_size)
-    return model_flops(tr.model, tr.proj, wl.projection_dim)
+_FLOPS: dict[tuple, ModelFlops] = {}
+
+
+def workload_flops(wl: Workload) -> ModelFlops:
+    """The workload's FLOP model (counted once per model and LoRA/projection setting)."""
+    key = (str(wl.model_dir), wl.lora_r, wl.lora_targets, wl.projection_dim)
+    if key not in _FLOPS:
+        tr = build_trainer(wl, Variant("count"), "cpu", wl.batch_size)
+        _FLOPS[key] = model_flops(tr.model, tr.proj, wl.projection_dim)
+    return _FLOPS[key]
 
 
 def batch_flops(mf: ModelFlops, batch) -> float:
