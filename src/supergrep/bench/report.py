@@ -52,7 +52,7 @@ def encode_markdown(res: dict) -> str:
         if "error" in r:
             lines.append(f"| {r['what']} | {r['error']} | | | | | |")
             continue
-        lines.append(f"| {r['what']} | {r.get('documents', '-')} | {r.get('tokens', 0):,} | {r['seconds']:.2f} | "
+        lines.append(f"| {r['what']} | {r.get('documents', '-')} | {_f(r.get('tokens'), ',')} | {r['seconds']:.2f} | "
                      f"{_f(r.get('tokens_per_s'), ',.0f')} | {_f(r.get('mfu'), '.1%')} | "
                      f"{_f(r.get('lines_per_s'), ',.0f')} |")
     return "\n".join(lines) + "\n"

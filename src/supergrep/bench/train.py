@@ -278,16 +278,20 @@ def run_variant(wl: Workload, v: Variant, steps: int, warmup: int, mf: ModelFlop
 
 
 def run_train_bench(wl: Workload, variants: list[Variant], steps: int = 20, warmup: int = 5,
-                    time_limit: float | None = None, peak: dict | None = None) -> dict:
-    """Run every variant (a failure is recorded, not fatal); speedups are over naive on the same device."""
+                    time_limit: float | None = None, peak: dict | None = None, on_row=None) -> dict:
+    """Run every variant (a failure is recorded, not fatal); speedups are over naive on the same
+    device. ``on_row(partial_result)`` is called after each variant (the CLI writes its files
+    then, so a run cut short keeps what it measured)."""
     import torch
 
     devices = sorted({_device(v.device) for v in variants})
     peaks = peak or {d: measure_peak(d) for d in devices}
     mf = workload_flops(wl)
     t0 = time.perf_counter()
-    rows = []
+    rows: list[dict] = []
     for v in variants:
+        if on_row is not None and rows:
+            on_row(_result(wl, steps, warmup, peaks, mf, rows, t0))
         if time_limit is not None and time.perf_counter() - t0 > time_limit:
             rows.append({"variant": v.name, "skipped": f"time limit {time_limit:.0f} s reached"})
             continue
@@ -301,11 +305,22 @@ def run_train_bench(wl: Workload, variants: list[Variant], steps: int = 20, warm
             log.warning("variant %s failed: %s", v.name, reason[:200])
         rows.append(row)
         with contextlib.suppress(Exception):
+            if v.compile:
+                torch._dynamo.reset()  # drop the compiled graphs (and the model they hold)
             if dev.startswith("cuda"):
                 torch.cuda.empty_cache()
         import gc
 
         gc.collect()
+    res = _result(wl, steps, warmup, peaks, mf, rows, t0)
+    if on_row is not None:
+        on_row(res)
+    return res
+
+
+def _result(wl: Workload, steps: int, warmup: int, peaks: dict, mf: ModelFlops, rows: list[dict], t0: float) -> dict:
+    from supergrep.bench.workloads import length_stats
+
     for r in rows:
         base = next((n for n in rows if _is_naive_row(n) and n.get("device") == r.get("device")
                      and "samples_per_s" in n), None)
@@ -321,10 +336,8 @@ def run_train_bench(wl: Workload, variants: list[Variant], steps: int = 20, warm
                    "peer_samples_per_s": peer["samples_per_s"],
                    "speedup_vs_peer": best["samples_per_s"] / peer["samples_per_s"],
                    "loss_last_best": best["loss_last"], "loss_last_peer": peer["loss_last"]}
-    from supergrep.bench.workloads import length_stats
-
     return {"kind": "train", "workload": wl.describe(), "lengths": length_stats(wl.doc_cap), "steps": steps,
-            "warmup": warmup, "peaks": peaks, "model_flops": mf.to_dict(), "rows": rows, "summary": summary,
+            "warmup": warmup, "peaks": peaks, "model_flops": mf.to_dict(), "rows": list(rows), "summary": summary,
             "seconds": time.perf_counter() - t0, "env": environment()}
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from supergrep.errors import UsageError
 from supergrep.train.data import Batch, bucket_batches, pack_documents
 
 LENGTHS_FILE = Path(__file__).with_name("doc_lengths.json")
@@ -80,14 +81,22 @@ def length_stats(cap: int) -> dict:
     return {"mean": mean, "source": meta.get("source"), "tokenizer": meta.get("tokenizer"), "cap": cap}
 
 
+def _copy_tokenizer(path: Path, tokenizer_from: Path | None) -> None:
+    from supergrep.encoder.spec import default_model_dir
+
+    src = Path(tokenizer_from) if tokenizer_from else default_model_dir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (src / name).is_file():
+            shutil.copy(src / name, path / name)
+
+
 def make_t5_encoder(path: Path, d_model: int = 768, layers: int = 12, heads: int = 12, d_kv: int = 64,
-                    d_ff: int = 2048, vocab: int = 32128, seed: int = 0) -> Path:
+                    d_ff: int = 2048, vocab: int = 32128, seed: int = 0, tokenizer_from: Path | None = None) -> Path:
     """A randomly initialised T5 encoder in xtr-base-en's layout (no 2_Dense: the trainer adds the
-    projection), with the default model's tokenizer files. Reused when already there."""
+    projection), with the default model's (or ``tokenizer_from``'s) tokenizer files. Reused when
+    already there."""
     import torch
     from transformers import T5Config, T5EncoderModel
-
-    from supergrep.encoder.spec import default_model_dir
 
     if (path / "model.safetensors").is_file() and (path / "bench_done").is_file():
         return path
@@ -99,20 +108,16 @@ def make_t5_encoder(path: Path, d_model: int = 768, layers: int = 12, heads: int
                    relative_attention_max_distance=128, decoder_start_token_id=0, pad_token_id=0,
                    is_encoder_decoder=False, use_cache=False)
     T5EncoderModel(cfg).save_pretrained(path, safe_serialization=True)
-    src = default_model_dir()
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        if (src / name).is_file():
-            shutil.copy(src / name, path / name)
+    _copy_tokenizer(path, tokenizer_from)
     (path / "bench_done").write_text("ok")
     return path
 
 
-def make_bert_encoder(path: Path, hidden: int = 32, layers: int = 2, heads: int = 2, seed: int = 0) -> Path:
+def make_bert_encoder(path: Path, hidden: int = 32, layers: int = 2, heads: int = 2, seed: int = 0,
+                      tokenizer_from: Path | None = None) -> Path:
     """A small random BERT with the default model's tokenizer (the MiniLM shape at toy size)."""
     import torch
     from transformers import BertConfig, BertModel
-
-    from supergrep.encoder.spec import default_model_dir
 
     if (path / "bench_done").is_file():
         return path
@@ -121,41 +126,42 @@ def make_bert_encoder(path: Path, hidden: int = 32, layers: int = 2, heads: int 
     torch.manual_seed(seed)
     BertModel(BertConfig(vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
                          intermediate_size=4 * hidden, max_position_embeddings=512)).save_pretrained(path)
-    src = default_model_dir()
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        if (src / name).is_file():
-            shutil.copy(src / name, path / name)
+    _copy_tokenizer(path, tokenizer_from)
     (path / "bench_done").write_text("ok")
     return path
 
 
 def get_workload(name: str, work_dir: Path, model_path: str | None = None, batch_size: int | None = None,
                  doc_cap: int | None = None) -> Workload:
-    """A named workload (xtr-base, minilm, xtr-tiny, minilm-tiny) or a model directory."""
+    """A named workload (xtr-base, minilm, xtr-tiny, minilm-tiny) or a model directory.
+
+    ``model_path`` is the model of ``minilm`` (default: the packaged one); the synthetic
+    workloads take their tokenizer files from it (they never tokenise in the bench itself)."""
     from supergrep.encoder.spec import default_model_dir
 
     work_dir = Path(work_dir)
+    tok = Path(model_path) if model_path else None
     if name == "xtr-base":
-        wl = Workload("xtr-base", make_t5_encoder(work_dir / "xtr-base"), vocab=32128, lora_targets=T5_TARGETS,
-                      note="T5 encoder d768 x12, d_ff 2048 gated-GELU, vocab 32128, random init")
+        wl = Workload("xtr-base", make_t5_encoder(work_dir / "xtr-base", tokenizer_from=tok), vocab=32128,
+                      lora_targets=T5_TARGETS, note="T5 encoder d768 x12, d_ff 2048 gated-GELU, vocab 32128, random init")
     elif name == "xtr-tiny":
         wl = Workload("xtr-tiny", make_t5_encoder(work_dir / "xtr-tiny", d_model=32, layers=2, heads=2, d_kv=16,
-                                                  d_ff=64), batch_size=8, query_len=8, doc_cap=96, lora_r=4,
-                      lora_alpha=8, projection_dim=16, lora_targets=T5_TARGETS, note="xtr-base's shape at toy size")
+                                                  d_ff=64, tokenizer_from=tok), batch_size=8, query_len=8,
+                      doc_cap=96, lora_r=4, lora_alpha=8, projection_dim=16, lora_targets=T5_TARGETS,
+                      note="xtr-base's shape at toy size")
     elif name == "minilm-tiny":
-        wl = Workload("minilm-tiny", make_bert_encoder(work_dir / "minilm-tiny"), batch_size=8, query_len=8,
-                      doc_cap=96, lora_r=4, lora_alpha=8, projection_dim=16, note="a 2-layer 32-wide BERT")
+        wl = Workload("minilm-tiny", make_bert_encoder(work_dir / "minilm-tiny", tokenizer_from=tok), batch_size=8,
+                      query_len=8, doc_cap=96, lora_r=4, lora_alpha=8, projection_dim=16,
+                      note="a 2-layer 32-wide BERT")
     elif name == "minilm":
         wl = Workload("minilm", Path(model_path) if model_path else default_model_dir(),
                       note="all-MiniLM-L6-v2 (6 layers, 384 wide)")
     else:
         path = Path(model_path or name)
         if not path.is_dir():
-            raise FileNotFoundError(f"unknown workload '{name}': use xtr-base, minilm, xtr-tiny, minilm-tiny "
+            raise UsageError(f"unknown workload '{name}': use xtr-base, minilm, xtr-tiny, minilm-tiny "
                                     f"or a model directory")
         wl = Workload(path.name, path)
-    if model_path and name in ("xtr-base", "xtr-tiny", "minilm-tiny"):
-        raise ValueError(f"--model-path does not apply to the synthetic '{name}' workload")
     if batch_size:
         wl.batch_size = batch_size
     if doc_cap:

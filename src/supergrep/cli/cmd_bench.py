@@ -31,8 +31,8 @@ def _workload_options(f):
     f = click.option("--doc-cap", type=click.IntRange(min=8), default=None,
                      help="Longest document in tokens (default: the workload's, 512).")(f)
     f = click.option("--batch-size", type=click.IntRange(min=2), default=None, help="Override the workload's batch.")(f)
-    f = click.option("--model-path", default=None, help="The model of the 'minilm' workload (default: the packaged one), "
-                     "or of a custom workload.")(f)
+    f = click.option("--model-path", default=None, help="The model of the 'minilm' workload (default: the packaged one); "
+                     "the synthetic workloads copy its tokenizer files.")(f)
     f = click.option("-w", "--workload", "workloads", multiple=True,
                      help="xtr-base, minilm, xtr-tiny, minilm-tiny or a model directory (repeatable; default minilm).")(f)
     f = click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -83,9 +83,11 @@ def bench_train_cmd(workloads, model_path, batch_size, doc_cap, work_dir, out_di
     results = []
     for name in workloads or ("minilm",):
         wl = get_workload(name, _work_dir(work_dir), model_path, batch_size, doc_cap)
-        res = run_train_bench(wl, chosen, steps=steps, warmup=warmup, time_limit=time_limit)
+        stem = f"train-{wl.name}"
+        res = run_train_bench(wl, chosen, steps=steps, warmup=warmup, time_limit=time_limit,
+                              on_row=(lambda partial: report.write(partial, out_dir, stem)) if out_dir else None)
         results.append(res)
-        files = report.write(res, out_dir, f"train-{wl.name}") if out_dir else {}
+        files = report.write(res, out_dir, stem) if out_dir else {}
         if not as_json:
             click.echo(report.train_markdown(res))
             for kind, path in files.items():
