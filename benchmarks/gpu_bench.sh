@@ -25,7 +25,7 @@ if [ "${SMOKE:-0}" = 1 ]; then
   V=naive,fp32+packing,peer+fp32
 else
   XTR=xtr-base MINI=minilm STEPS=20 WARM=5 BS=48 DOCS=20000 DOCCAP=512 XTR_ARGS=""
-  V=naive,fp32,bf16+random,bf16,bf16+packing,peer+bf16,peer+bf16+random,bf16+ckpt,bs=96+bf16+packing,bf16+compile+packing
+  V=naive,fp32,bf16+random,bf16,bf16+packing,bf16+random+packing,peer+bf16,peer+bf16+random,bf16+ckpt,bs=96+bf16,bf16+compile,bf16+compile+packing
 fi
 t0=$(date +%s)
 left() { echo $(( budget - ($(date +%s) - t0) )); }

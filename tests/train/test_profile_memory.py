@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from supergrep.train.data import pack_documents
-from supergrep.train.memory import MiB, MemoryRecorder, memory_profile
+from supergrep.train.memory import MemoryRecorder, MiB, memory_profile
 
 
 def test_profile_cli_components_add_up_and_files_are_written(tiny_model, pairs_file, tmp_path):

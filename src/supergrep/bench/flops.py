@@ -76,7 +76,7 @@ def model_flops(model, proj, dim: int) -> ModelFlops:
 
     frozen = trainable = 0
     inside_lora: set[int] = set()
-    for name, mod in model.named_modules():
+    for mod in model.modules():
         if isinstance(mod, LoRALinear):
             inside_lora.add(id(mod.base))
             frozen += mod.base.in_features * mod.base.out_features

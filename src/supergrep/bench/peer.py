@@ -35,7 +35,9 @@ def available() -> str | None:
 
 def _modules():
     from sentence_transformers import MultiVectorEncoder
-    from sentence_transformers.multi_vector_encoder.losses import MultiVectorMultipleNegativesRankingLoss
+    from sentence_transformers.multi_vector_encoder.losses import (
+        MultiVectorMultipleNegativesRankingLoss,
+    )
     from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask
     from sentence_transformers.multi_vector_encoder.scoring import mean_colbert_scores
 

@@ -33,7 +33,6 @@ import logging
 import math
 import time
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 
 from supergrep.bench.flops import ModelFlops, measure_peak, model_flops
 from supergrep.bench.workloads import Workload, make_batches, make_pool

@@ -63,7 +63,13 @@ def bench_train_cmd(workloads, model_path, batch_size, doc_cap, work_dir, out_di
         supergrep bench train -w minilm --grid precision=fp32,bf16 --grid packing=0,1 --out bench/
     """
     from supergrep.bench import report
-    from supergrep.bench.train import DEFAULT_CPU, DEFAULT_GPU, grid_variants, parse_variant, run_train_bench
+    from supergrep.bench.train import (
+        DEFAULT_CPU,
+        DEFAULT_GPU,
+        grid_variants,
+        parse_variant,
+        run_train_bench,
+    )
     from supergrep.bench.workloads import get_workload
     from supergrep.errors import UsageError
 
@@ -85,7 +91,7 @@ def bench_train_cmd(workloads, model_path, batch_size, doc_cap, work_dir, out_di
         wl = get_workload(name, _work_dir(work_dir), model_path, batch_size, doc_cap)
         stem = f"train-{wl.name}"
         res = run_train_bench(wl, chosen, steps=steps, warmup=warmup, time_limit=time_limit,
-                              on_row=(lambda partial: report.write(partial, out_dir, stem)) if out_dir else None)
+                              on_row=(lambda partial, stem=stem: report.write(partial, out_dir, stem)) if out_dir else None)
         results.append(res)
         files = report.write(res, out_dir, stem) if out_dir else {}
         if not as_json:

@@ -243,7 +243,7 @@ def _profile_torch(trainer, it, res: ProfileResult, steps: int, warmup: int, mem
         sync()
         t0 = last = time.perf_counter()
 
-        def mark(name: str) -> None:
+        def mark(name: str, marks: dict = marks) -> None:
             nonlocal last
             sync()
             now = time.perf_counter()
