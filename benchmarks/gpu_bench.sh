@@ -73,7 +73,7 @@ P="--train-file $pairs --batch-size $BS --query-max-tokens 32 --document-max-tok
 
 # -- most important first: where xtr-base's step goes, then the grid with naive and the peer --------
 run profile-xtr-base 60 $py -m supergrep profile --model-path "$xtr" $P --out "$OUT/profile-xtr-base" \
-    --trace "$OUT/profile-xtr-base/trace.json"
+    --trace "$OUT/profile-xtr-base/trace.json.gz"
 run train-xtr-base 150 $py -m supergrep bench train -w $XTR --model-path "$model" --work-dir "$work" \
     --variants "$V" --steps $STEPS --warmup $WARM --time-limit 110 --out "$OUT"
 run train-minilm 80 $py -m supergrep bench train -w $MINI --model-path "$model" --work-dir "$work" --variants "$V" \

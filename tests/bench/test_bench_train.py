@@ -81,7 +81,8 @@ def test_bench_train_runs_naive_and_optimised_with_consistent_numbers(tiny_bert_
         assert 0 < r["token_efficiency"] <= 1 and r["peak_memory_bytes"] > 0
         assert len(r["losses"]) == 3 and r["memory"]["samples"] == 3
     # naive pads every document to the cap; bucketing and packing waste less
-    assert rows["naive"]["token_efficiency"] < rows["fp32"]["token_efficiency"] <= rows["fp32+packing"]["token_efficiency"]
+    assert rows["naive"]["token_efficiency"] < min(rows["fp32"]["token_efficiency"],
+                                                   rows["fp32+packing"]["token_efficiency"])
     files = report.write(res, tmp_path, "train-tiny")
     assert json.loads(files["json"].read_text())["rows"][0]["variant"] == "naive"
     assert "| naive | cpu | 8 |" in files["markdown"].read_text()

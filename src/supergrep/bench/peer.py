@@ -67,9 +67,13 @@ class PeerTrainer:
         if precision == "auto":
             precision = "bf16" if self.device.type == "cuda" else "fp32"
         self.amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-        transformer = Transformer(str(wl.model_dir), model_kwargs={"local_files_only": True},
-                                  processor_kwargs={"local_files_only": True},
-                                  config_kwargs={"local_files_only": True})
+        try:
+            transformer = Transformer(str(wl.model_dir), model_kwargs={"local_files_only": True},
+                                      processor_kwargs={"local_files_only": True},
+                                      config_kwargs={"local_files_only": True})
+        except TypeError:  # another 6.x signature; the path is local and HF_HUB_OFFLINE is set
+            transformer = Transformer(str(wl.model_dir))
+        self.unpadded = bool(getattr(transformer, "can_flatten_inputs", False))
         hidden = transformer.get_embedding_dimension()
         dense = Dense(in_features=hidden, out_features=wl.projection_dim, bias=False,
                       activation_function=nn.Identity(), module_input_name="token_embeddings")
@@ -92,6 +96,7 @@ class PeerTrainer:
 
         return {"peer": f"sentence-transformers {sentence_transformers.__version__} MultiVectorEncoder + "
                         f"MultiVectorMultipleNegativesRankingLoss", "peer_attn": self.attn,
+                "peer_unpadded": self.unpadded,  # flash-attention varlen, when flash_attention_2 is there
                 "peer_trainable": sum(p.numel() for p in self.params)}
 
     def train_step(self, batch, lr: float):
