@@ -350,7 +350,7 @@ class TorchTrainer:
                 if self.cached:
                     loss, acc = self._step_cached(*tensors)
                 else:
-                    loss, acc = self._step_plain(*tensors, packed=packed)
+                    loss, acc = self._step_plain(*tensors, *([packed] if packed is not None else []))
                 break
             except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled
                 if not (is_oom(exc) and self.cfg.dynamic_batch):
