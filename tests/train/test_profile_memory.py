@@ -115,3 +115,16 @@ def test_packing_needs_sdpa(tiny_model, pairs_file):
     with pytest.raises(ConfigError, match="packing needs attn_implementation sdpa"):
         load_train_config(None, dict(model_path=str(tiny_model), train_file=str(pairs_file), packing=True,
                                      attn_implementation="eager"))
+
+
+def test_mlx_counters_are_read_when_mlx_is_loaded():
+    mx = pytest.importorskip("mlx.core")
+    from supergrep.train.memory import device_memory
+
+    a = mx.ones((256, 256))
+    mx.eval(a)
+    got = device_memory()
+    assert got["mlx_active"] >= 256 * 256 * 4 and "mlx_peak" in got
+    rec = MemoryRecorder()
+    rec.sample(0)
+    assert "mlx_active" in rec.leak_keys()
