@@ -19,12 +19,14 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import click  # noqa: E402
 
 from supergrep import __version__  # noqa: E402
+from supergrep.cli.cmd_bench import bench_group  # noqa: E402
 from supergrep.cli.cmd_convert import convert_cmd  # noqa: E402
 from supergrep.cli.cmd_eval import eval_cmd  # noqa: E402
 from supergrep.cli.cmd_eval_pairs import eval_pairs_cmd  # noqa: E402
 from supergrep.cli.cmd_index import index_cmd  # noqa: E402
 from supergrep.cli.cmd_merge import merge_cmd  # noqa: E402
 from supergrep.cli.cmd_mine import mine_cmd  # noqa: E402
+from supergrep.cli.cmd_profile import profile_cmd  # noqa: E402
 from supergrep.cli.cmd_search import search_cmd  # noqa: E402
 from supergrep.cli.cmd_status import chunks_cmd, clean_cmd, files_cmd, status_cmd  # noqa: E402
 from supergrep.cli.cmd_train import train_cmd  # noqa: E402
@@ -64,11 +66,13 @@ def cli() -> None:
       supergrep train --train-file pairs.jsonl           fine-tune (LoRA), see docs/training.md
       supergrep merge CHECKPOINT -o DIR                  fold the adapter into a plain model
       supergrep convert CHECKPOINT --to torch|mlx|merged -o DIR   move a checkpoint between backends
+      supergrep profile --config run.yaml                where a training step's time goes
+      supergrep bench train|encode                       speed, MFU and memory over a grid
     """
 
 
 for _cmd in (search_cmd, index_cmd, status_cmd, files_cmd, chunks_cmd, clean_cmd, eval_cmd, eval_pairs_cmd,
-             mine_cmd, train_cmd, merge_cmd, convert_cmd):
+             mine_cmd, train_cmd, merge_cmd, convert_cmd, profile_cmd, bench_group):
     cli.add_command(_cmd)
 
 

@@ -70,6 +70,7 @@ class TrainConfig:
     gradient_checkpointing: bool = _f(False, "Recompute activations in backward (less memory, more time).")
     dynamic_batch: bool = _f(True, "On out-of-memory, halve the mini-batch and retry the step (switching to cached_contrastive keeps the negatives).")
     pad_multiple: int = _f(8, "Pad batch lengths to a multiple of this (tensor-core friendly shapes).")
+    packing: bool = _f(False, "Pack each batch's documents into rows of document_max_tokens with a block-diagonal attention mask (SDPA), so no FLOP is spent on padding (BERT-style and T5 models; plain steps; cached/accumulated steps stay padded).")
     prefetch_batches: int = _f(4, "Batches prepared ahead by a background thread.")
     # -- run --------------------------------------------------------------------------------
     backend: str = _f("torch", "torch or mlx.", ("torch", "mlx"))
@@ -82,6 +83,7 @@ class TrainConfig:
     save_every: int = _f(500, "Checkpoint every N steps (and always at the end).")
     keep_last: int = _f(3, "Checkpoints kept (oldest deleted first).")
     tensorboard: bool = _f(False, "Also write TensorBoard events (needs the tensorboard package).")
+    memory_profile: bool = _f(False, "Record process RSS and device memory every step: memory.jsonl, memory.png and a leak verdict (growth over the last 50 steps) in output_dir.")
 
     def validate(self) -> TrainConfig:
         """Check value ranges; returns self."""
@@ -103,6 +105,8 @@ class TrainConfig:
                 problems.append(f"{name} must be in [0, 1]")
         if self.batch_size % self.grad_accum_steps:
             problems.append("batch_size must be a multiple of grad_accum_steps")
+        if self.packing and self.attn_implementation != "sdpa":
+            problems.append("packing needs attn_implementation sdpa (its block-diagonal mask)")
         if self.max_steps <= 0 and self.epochs <= 0:
             problems.append("set epochs > 0 or max_steps > 0")
         for f in dataclasses.fields(self):

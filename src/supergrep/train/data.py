@@ -155,6 +155,68 @@ def bucket_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int, 
 
 
 @dataclass
+class Packed:
+    """A batch's documents packed end to end into rows, for attention with a block-diagonal mask.
+
+    Attributes:
+        ids: (rows, width) token ids; each row holds several documents back to back.
+        seg: (rows, width) which document a position belongs to (its row in ``d_ids``); -1 is
+            padding (padding attends to padding only, so no softmax row is empty).
+        pos: (rows, width) the position of a token within its own document (0, 1, ...).
+        gather: (n_docs, d_len) for each position of the padded ``d_ids``, its flat index into
+            (rows * width); padding positions point at ``rows * width``, one past the end (a zero
+            vector the trainer appends).
+    """
+
+    ids: np.ndarray
+    seg: np.ndarray
+    pos: np.ndarray
+    gather: np.ndarray
+
+    @property
+    def fill(self) -> float:
+        """Share of the packed positions that are real tokens."""
+        return float((self.seg >= 0).mean())
+
+
+def pack_documents(d_ids: np.ndarray, d_mask: np.ndarray, capacity: int, pad_id: int, multiple: int = 8) -> Packed:
+    """First-fit-decreasing packing of padded documents into rows of at most ``capacity`` tokens.
+
+    >>> ids = np.array([[5, 6, 7, 0], [8, 9, 0, 0], [4, 0, 0, 0]])
+    >>> p = pack_documents(ids, ids > 0, capacity=4, pad_id=0, multiple=1)
+    >>> p.ids.tolist(), p.seg.tolist(), p.pos.tolist()
+    ([[5, 6, 7, 4], [8, 9, 0, 0]], [[0, 0, 0, 2], [1, 1, -1, -1]], [[0, 1, 2, 0], [0, 1, 0, 0]])
+    >>> p.gather.tolist()   # rows * width = 8 is the zero slot
+    [[0, 1, 2, 8], [4, 5, 8, 8], [3, 8, 8, 8]]
+    """
+    lengths = d_mask.sum(axis=1).astype(np.int64)
+    capacity = max(int(capacity), int(lengths.max()))
+    fill: list[int] = []
+    row_of = np.zeros(len(lengths), dtype=np.int64)
+    start_of = np.zeros(len(lengths), dtype=np.int64)
+    for i in np.argsort(-lengths, kind="stable"):
+        n = int(lengths[i])
+        r = next((r for r, f in enumerate(fill) if f + n <= capacity), len(fill))
+        if r == len(fill):
+            fill.append(0)
+        row_of[i], start_of[i] = r, fill[r]
+        fill[r] += n
+    rows = len(fill)
+    width = -(-max(fill) // multiple) * multiple
+    ids = np.full((rows, width), pad_id, dtype=np.int64)
+    seg = np.full((rows, width), -1, dtype=np.int64)
+    pos = np.zeros((rows, width), dtype=np.int64)
+    gather = np.full(d_ids.shape, rows * width, dtype=np.int64)
+    for i, n in enumerate(lengths):
+        r, s, n = int(row_of[i]), int(start_of[i]), int(n)
+        ids[r, s : s + n] = d_ids[i, :n]
+        seg[r, s : s + n] = i
+        pos[r, s : s + n] = np.arange(n)
+        gather[i, :n] = r * width + s + np.arange(n)
+    return Packed(ids, seg, pos, gather)
+
+
+@dataclass
 class Batch:
     """Padded token ids and masks for one step (NumPy; the backend moves them to its device).
 
@@ -163,6 +225,7 @@ class Batch:
         d_ids, d_mask: (batch + n_negatives, d_len) the positives first, in query order, then
             the hard negatives.
         epoch, index: Where in the data this batch is (for exact resume).
+        packed: The documents packed into rows (``packing: true``), else None.
     """
 
     q_ids: np.ndarray
@@ -171,6 +234,7 @@ class Batch:
     d_mask: np.ndarray
     epoch: int
     index: int
+    packed: Packed | None = None
 
     @property
     def n_tokens(self) -> int:
@@ -191,10 +255,11 @@ def _pad(rows: list[np.ndarray], pad_id: int, multiple: int, width: int | None =
 
 def collate(cache: TokenCache, rows: np.ndarray, tokenizer: RoleTokenizer, query_expansion_to: int,
             use_negatives: bool, pad_multiple: int, epoch: int = 0, index: int = 0,
-            widths: tuple[int, int] | None = None) -> Batch:
+            widths: tuple[int, int] | None = None, pack_to: int = 0) -> Batch:
     """Pad one batch. With query expansion, queries are filled to ``query_expansion_to`` with
     the mask token and those positions count as real query tokens (ColBERT). ``widths``
-    (query, document) overrides the padded lengths (a rank's shard takes its global batch's)."""
+    (query, document) overrides the padded lengths (a rank's shard takes its global batch's).
+    ``pack_to`` > 0 also packs the documents into rows of that many tokens (``Batch.packed``)."""
     queries = [cache.query(int(i)) for i in rows]
     if query_expansion_to:
         q_ids, q_mask = _pad(queries, tokenizer.mask_id, 1, query_expansion_to)
@@ -205,7 +270,8 @@ def collate(cache: TokenCache, rows: np.ndarray, tokenizer: RoleTokenizer, query
     if use_negatives:
         docs += [n for i in rows for n in cache.negatives(int(i))]
     d_ids, d_mask = _pad(docs, tokenizer.pad_id, pad_multiple, widths[1] if widths else None)
-    return Batch(q_ids, q_mask, d_ids, d_mask, epoch, index)
+    packed = pack_documents(d_ids, d_mask, pack_to, tokenizer.pad_id, pad_multiple) if pack_to else None
+    return Batch(q_ids, q_mask, d_ids, d_mask, epoch, index, packed)
 
 
 class Prefetcher:

@@ -49,6 +49,7 @@ from supergrep.train.distributed import (
     start_collective,
 )
 from supergrep.train.losses import contrastive_loss
+from supergrep.train.memory import MemoryRecorder
 from supergrep.train.report import MetricsLog, plot_losses
 
 log = logging.getLogger(__name__)
@@ -313,12 +314,16 @@ def _run(cfg: TrainConfig, resume: bool | str | Path, show_progress: bool, on_ev
                 left -= 1
             e, i = e + 1, 0
 
+    pack_to = cfg.document_max_tokens if cfg.packing else 0
+
     def make(rows: np.ndarray, e: int, i: int) -> Batch:
         if coll is None:
-            return collate(train_cache, rows, tokenizer, q_expand, cfg.hard_negatives, cfg.pad_multiple, e, i)
+            return collate(train_cache, rows, tokenizer, q_expand, cfg.hard_negatives, cfg.pad_multiple, e, i,
+                           pack_to=pack_to)
         widths = _batch_widths(train_cache, rows, cfg.hard_negatives, cfg.pad_multiple, q_expand)
         mine = shard_rows(rows, world.rank, world.size, cfg.grad_accum_steps)
-        return collate(train_cache, mine, tokenizer, q_expand, cfg.hard_negatives, cfg.pad_multiple, e, i, widths)
+        return collate(train_cache, mine, tokenizer, q_expand, cfg.hard_negatives, cfg.pad_multiple, e, i, widths,
+                       pack_to)
 
     val_batches: list[Batch] = []
     if val_cache is not None:
@@ -403,6 +408,7 @@ def _run(cfg: TrainConfig, resume: bool | str | Path, show_progress: bool, on_ev
             coll.barrier()
         return last_saved
 
+    memory = MemoryRecorder(device=str(getattr(trainer, "device", "")) or None) if cfg.memory_profile else None
     progress = _Progress(total, step, show_progress)
     prefetch = Prefetcher(plan(), make, cfg.prefetch_batches)
     next_pos = (epoch, index)
@@ -419,6 +425,8 @@ def _run(cfg: TrainConfig, resume: bool | str | Path, show_progress: bool, on_ev
             step += 1
             loss, acc = trainer.train_step(batch, get_lr(step, cfg.lr, cfg.warmup_steps, total, cfg.min_lr_ratio))
             pending.append((step, loss, acc))
+            if memory is not None:
+                memory.sample(step)
             crashpoint("train_step")
             window_samples += batch.q_ids.shape[0] * world.size  # every rank's share is the same size
             window_tokens += batch.n_tokens
@@ -449,6 +457,12 @@ def _run(cfg: TrainConfig, resume: bool | str | Path, show_progress: bool, on_ev
                "data_wait_s": data_wait, "samples_per_s": trained * cfg.batch_size / train_seconds if trained else 0.0}
     if world.distributed:
         summary["world_size"] = world.size
+    if memory is not None:
+        memory.write_jsonl(out / "memory.jsonl")
+        memory.plot(out / "memory.png", title=f"memory: {out.name}")
+        summary["memory"] = memory.summary()
+        if summary["memory"]["leak"]:
+            log.warning("memory keeps growing: %s (see %s)", summary["memory"]["leaks"], out / "memory.png")
     metrics.write(summary)
     return TrainResult(out, last_saved, step, total, len(train_cache), len(val_cache) if val_cache else 0,
                        seconds, summary["samples_per_s"], last_loss, val, trainer.oom_events)

@@ -1,0 +1,103 @@
+"""Bench output: JSON, a markdown table and a PNG bar chart per run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+GiB = 1 << 30
+
+
+def _f(x, fmt: str, none: str = "-") -> str:
+    return none if x is None else format(x, fmt)
+
+
+def _rate(flops_per_s: float) -> str:
+    return f"{flops_per_s / 1e12:.1f} TFLOP/s" if flops_per_s >= 1e12 else f"{flops_per_s / 1e9:.0f} GFLOP/s"
+
+
+def train_markdown(res: dict) -> str:
+    wl = res["workload"]
+    peak = ", ".join(f"{d}: {_rate(p['flops_per_s'])} ({p['dtype']} {p['n']}^3 GEMM)" for d, p in res["peaks"].items())
+    head = [f"**bench train**, workload `{wl['name']}` ({wl['note']}), batch {wl['batch_size']}, query "
+            f"{wl['query_len']} tokens, documents from mined code (mean {res['lengths']['mean']:.0f} tokens, cap "
+            f"{wl['doc_cap']}); {res['steps']} timed steps after {res['warmup']} warm-up; peak {peak}.", "",
+            "| variant | device | batch | samples/s | useful tokens/s | real/computed tokens | MFU | peak memory "
+            "| loss first -> last | speedup vs naive |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in res["rows"]:
+        if "samples_per_s" not in r:
+            why = r.get("error") or r.get("skipped") or "?"
+            head.append(f"| {r['variant']} | {r.get('device', '')} | | {why} | | | | | | |")
+            continue
+        head.append(
+            f"| {r['variant']} | {r['device']} | {r['batch_size']} | {r['samples_per_s']:.1f} | "
+            f"{r['useful_tokens_per_s']:,.0f} | {100 * r['token_efficiency']:.0f}% | {_f(r['mfu'], '.1%')} | "
+            f"{r['peak_memory_bytes'] / GiB:.2f} GiB | {r['loss_first']:.3f} -> {r['loss_last']:.3f} | "
+            f"{_f(r.get('speedup_vs_naive'), '.2f')}x |")
+    s = res.get("summary") or {}
+    if s:
+        head += ["", f"Best ({s['best']}) vs the peer ({s['peer']}): {s['speedup_vs_peer']:.2f}x samples/s; "
+                     f"loss after the same steps {s['loss_last_best']:.3f} vs {s['loss_last_peer']:.3f}."]
+    return "\n".join(head) + "\n"
+
+
+def encode_markdown(res: dict) -> str:
+    wl = res["workload"]
+    p = res["peak"]
+    lines = [f"**bench encode**, workload `{wl['name']}`, {res['device']} ({res['dtype']}), documents from mined "
+             f"code capped at {res['doc_cap']} tokens, peak {_rate(p['flops_per_s'])} ({p['dtype']} GEMM)", "",
+             "| what | documents | useful tokens | seconds | tokens/s | MFU | lines/s |", "|---|---|---|---|---|---|---|"]
+    for r in res["rows"]:
+        if "error" in r:
+            lines.append(f"| {r['what']} | {r['error']} | | | | | |")
+            continue
+        lines.append(f"| {r['what']} | {r.get('documents', '-')} | {_f(r.get('tokens'), ',')} | {r['seconds']:.2f} | "
+                     f"{_f(r.get('tokens_per_s'), ',.0f')} | {_f(r.get('mfu'), '.1%')} | "
+                     f"{_f(r.get('lines_per_s'), ',.0f')} |")
+    return "\n".join(lines) + "\n"
+
+
+def train_plot(res: dict, path: Path) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    rows = [r for r in res["rows"] if "samples_per_s" in r]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 0.42 * len(rows) + 1.5))
+    names = [f"{r['variant']} ({r['device']})" for r in rows][::-1]
+    vals = [r["samples_per_s"] for r in rows][::-1]
+    colors = ["#c44e52" if r.get("system") == "sentence-transformers" else
+              "#8c8c8c" if r["variant"].startswith("naive") else "#4c72b0" for r in rows][::-1]
+    ax.barh(names, vals, color=colors)
+    for y, r in enumerate(rows[::-1]):
+        label = f"  {r['samples_per_s']:.1f}"
+        if r.get("speedup_vs_naive"):
+            label += f"  ({r['speedup_vs_naive']:.2f}x"
+            label += f", MFU {r['mfu']:.1%})" if r.get("mfu") is not None else ")"
+        ax.text(r["samples_per_s"], y, label, va="center", fontsize=7)
+    ax.set_xlim(0, max(vals) * 1.45)
+    ax.set_xlabel("samples/s (grey: naive, red: sentence-transformers peer)")
+    ax.set_title(f"bench train: {res['workload']['name']}, batch {res['workload']['batch_size']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def write(res: dict, out: Path, stem: str) -> dict[str, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"json": out / f"{stem}.json", "markdown": out / f"{stem}.md"}
+    files["json"].write_text(json.dumps(res, indent=1, default=str) + "\n")
+    md = train_markdown(res) if res["kind"] == "train" else encode_markdown(res)
+    files["markdown"].write_text(md)
+    if res["kind"] == "train":
+        png = train_plot(res, out / f"{stem}.png")
+        if png:
+            files["png"] = png
+    return files

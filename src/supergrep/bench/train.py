@@ -1,0 +1,362 @@
+"""`supergrep bench train`: training speed over a grid of settings, every figure a speedup over a
+naive loop measured in the same run.
+
+A variant is written as ``+``-joined tokens (``bf16+compile+packing``):
+
+    fp32 | bf16 | fp16        autocast precision (default: bf16 on CUDA, fp32 elsewhere)
+    compile                   torch.compile of the encoder (dynamic shapes)
+    ckpt                      gradient checkpointing
+    eager                     eager attention instead of SDPA
+    padmax | random | bucketed   batching: pad to the cap / random batches padded to their longest /
+                              the trainer's length buckets (default)
+    packing                   documents packed into rows with a block-diagonal mask
+    sync                      read the loss back every step (a host sync)
+    peer                      sentence-transformers' MultiVectorEncoder + its multi-vector MNRL loss
+    bs=N, device=D            batch size, device
+
+``naive`` is ``fp32+eager+padmax+sync``: the seeds' reference loop (fp32, eager attention, padded
+to the maximum length, a host sync every step), run through the same trainer. ``--grid`` takes
+axes (``precision=fp32,bf16 compile=0,1 packing=0,1 batch=16,48 device=cpu,cuda ...``) whose
+product is run, plus naive on each device.
+
+Each variant: a fresh trainer (LoRA + projection on the workload's model), ``warmup`` untimed steps,
+then ``steps`` timed steps with one device sync at the end (except ``sync``); the same synthetic
+pairs for every variant. Reported: samples/s, useful tokens/s, MFU (``flops.py``), peak memory,
+the share of computed tokens that are real, loss at the first and last step, speedup over naive.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, replace
+
+from supergrep.bench.flops import ModelFlops, measure_peak, model_flops
+from supergrep.bench.workloads import Workload, make_batches, make_pool
+from supergrep.train.memory import MemoryRecorder
+
+log = logging.getLogger(__name__)
+
+TEMPERATURE = 0.07
+LR = 1e-3
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    precision: str = "auto"
+    compile: bool = False
+    ckpt: bool = False
+    attn: str = "sdpa"
+    batching: str = "bucketed"
+    packing: bool = False
+    sync: bool = False
+    peer: bool = False
+    batch_size: int = 0  # 0: the workload's
+    device: str = "auto"
+
+    @property
+    def is_naive(self) -> bool:
+        return (self.precision == "fp32" and self.attn == "eager" and self.batching == "padmax" and self.sync
+                and not (self.compile or self.ckpt or self.packing or self.peer))
+
+
+def parse_variant(text: str) -> Variant:
+    """``bf16+compile+packing`` -> Variant.
+
+    >>> parse_variant("naive").is_naive, parse_variant("bf16+packing+bs=16").batch_size
+    (True, 16)
+    """
+    text = text.strip()
+    kw: dict = {}
+    for tok in text.split("+"):
+        tok = tok.strip().lower()
+        if tok == "naive":
+            kw.update(precision="fp32", attn="eager", batching="padmax", sync=True)
+        elif tok in ("fp32", "bf16", "fp16", "auto"):
+            kw["precision"] = tok
+        elif tok in ("compile", "ckpt", "packing", "sync", "peer"):
+            kw[tok] = True
+        elif tok in ("eager", "sdpa"):
+            kw["attn"] = tok
+        elif tok in ("padmax", "random", "bucketed"):
+            kw["batching"] = tok
+        elif tok.startswith("bs="):
+            kw["batch_size"] = int(tok[3:])
+        elif tok.startswith("device="):
+            kw["device"] = tok[7:]
+        else:
+            raise ValueError(f"unknown variant token '{tok}' in '{text}'")
+    return Variant(name=text, **kw)
+
+
+GRID_AXES = {"precision": "precision", "compile": "compile", "ckpt": "ckpt", "gradient_checkpointing": "ckpt",
+             "attn": "attn", "batching": "batching", "packing": "packing", "batch": "batch_size",
+             "batch_size": "batch_size", "device": "device", "sync": "sync"}
+
+
+def _axis_value(field: str, v: str):
+    if field in ("compile", "ckpt", "packing", "sync"):
+        return v.lower() in ("1", "true", "on", "yes")
+    if field == "batch_size":
+        return int(v)
+    return v
+
+
+def grid_variants(axes: list[str]) -> list[Variant]:
+    """The product of ``key=v1,v2`` axes, plus naive on every device named.
+
+    >>> [v.name for v in grid_variants(["precision=fp32,bf16", "packing=0,1"])]
+    ['naive', 'fp32', 'fp32+packing', 'bf16', 'bf16+packing']
+    """
+    keys, values = [], []
+    for axis in axes:
+        key, _, vals = axis.partition("=")
+        field = GRID_AXES.get(key.strip())
+        if field is None or not vals:
+            raise ValueError(f"bad grid axis '{axis}': use key=v1,v2 with key in {', '.join(sorted(GRID_AXES))}")
+        keys.append(field)
+        values.append([_axis_value(field, v.strip()) for v in vals.split(",") if v.strip()])
+    out: list[Variant] = []
+    devices = next((vals for k, vals in zip(keys, values) if k == "device"), ["auto"])
+    for dev in devices:
+        out.append(replace(parse_variant("naive"), name="naive" if dev == "auto" else f"naive+device={dev}",
+                           device=dev))
+    for combo in itertools.product(*values):
+        kw = dict(zip(keys, combo))
+        v = Variant(name="", **kw)
+        out.append(replace(v, name=variant_name(v)))
+    return out
+
+
+def variant_name(v: Variant) -> str:
+    parts = [v.precision]
+    parts += [t for t, on in (("compile", v.compile), ("ckpt", v.ckpt), ("packing", v.packing), ("sync", v.sync),
+                              ("peer", v.peer)) if on]
+    if v.attn != "sdpa":
+        parts.append(v.attn)
+    if v.batching != "bucketed":
+        parts.append(v.batching)
+    if v.batch_size:
+        parts.append(f"bs={v.batch_size}")
+    if v.device != "auto":
+        parts.append(f"device={v.device}")
+    return "+".join(parts)
+
+
+DEFAULT_CPU = ["naive", "fp32+random", "fp32", "fp32+packing", "fp32+ckpt"]
+DEFAULT_GPU = ["naive", "fp32", "bf16+random", "bf16", "bf16+packing", "bf16+compile", "bf16+compile+packing",
+               "bf16+ckpt", "peer+bf16", "peer+bf16+random"]
+
+
+def _device(name: str) -> str:
+    from supergrep.backends.torch_backend import pick_device
+
+    return pick_device(name)
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+    elif device == "mps":
+        torch.mps.synchronize()
+
+
+def _reset_peak(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _peak_bytes(device: str, memory: MemoryRecorder) -> int:
+    import torch
+
+    if device.startswith("cuda"):
+        return int(torch.cuda.max_memory_allocated(device))
+    _, rss = memory.series("rss")
+    return int(max(rss)) if rss else 0
+
+
+def train_config(wl: Workload, v: Variant, device: str, batch_size: int):
+    from supergrep.train.config import TrainConfig
+
+    precision = v.precision
+    if precision == "auto":
+        precision = "bf16" if device.startswith("cuda") else "fp32"
+    return TrainConfig(
+        model_path=str(wl.model_dir), projection_dim=wl.projection_dim, lora_r=wl.lora_r, lora_alpha=wl.lora_alpha,
+        lora_target_modules=list(wl.lora_targets), query_max_tokens=wl.query_len, document_max_tokens=wl.doc_cap,
+        batch_size=batch_size, lr=LR, temperature=TEMPERATURE, margin_weight=0.0, precision=precision,
+        attn_implementation=v.attn, compile=v.compile, gradient_checkpointing=v.ckpt, packing=v.packing,
+        dynamic_batch=False, device=device, seed=0,
+    ).validate()
+
+
+def build_trainer(wl: Workload, v: Variant, device: str, batch_size: int):
+    from supergrep.backends.adapters import LoRAConfig
+    from supergrep.train.loop import make_trainer, training_spec
+
+    cfg = train_config(wl, v, device, batch_size)
+    spec = training_spec(cfg)
+    lora = LoRAConfig(cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, tuple(cfg.lora_target_modules))
+    return make_trainer(cfg, spec, lora)
+
+
+_FLOPS: dict[tuple, ModelFlops] = {}
+
+
+def workload_flops(wl: Workload) -> ModelFlops:
+    """The workload's FLOP model (counted once per model and LoRA/projection setting)."""
+    key = (str(wl.model_dir), wl.lora_r, wl.lora_targets, wl.projection_dim)
+    if key not in _FLOPS:
+        tr = build_trainer(wl, Variant("count"), "cpu", wl.batch_size)
+        _FLOPS[key] = model_flops(tr.model, tr.proj, wl.projection_dim)
+    return _FLOPS[key]
+
+
+def batch_flops(mf: ModelFlops, batch) -> float:
+    return mf.train_step(batch.q_mask.sum(1).tolist(), batch.d_mask.sum(1).tolist())
+
+
+def computed_tokens(batch) -> int:
+    """Token positions the encoder actually runs (padding included; packed rows when packed)."""
+    docs = batch.packed.ids.size if batch.packed is not None else batch.d_ids.size
+    return int(batch.q_ids.size + docs)
+
+
+def run_variant(wl: Workload, v: Variant, steps: int, warmup: int, mf: ModelFlops, peak: float,
+                seed: int = 0) -> dict:
+    device = _device(v.device)
+    bs = v.batch_size or wl.batch_size
+    pool = make_pool(wl, bs * (warmup + steps), seed)
+    batches = make_batches(pool, wl, bs, v.batching, v.packing and not v.peer, seed)
+    memory = MemoryRecorder(device=device)
+    _reset_peak(device)
+    if v.peer:
+        from supergrep.bench.peer import PeerTrainer
+
+        trainer = PeerTrainer(wl, v, device, lr=LR, temperature=TEMPERATURE)
+    else:
+        trainer = build_trainer(wl, v, device, bs)
+    raw: list = []
+    t_start = time.perf_counter()
+    for i, b in enumerate(batches):
+        if i == warmup:
+            _sync(device)
+            memory.sample(i)
+            t_start = time.perf_counter()
+        loss, _ = trainer.train_step(b, LR)
+        raw.append(float(loss) if v.sync else loss)  # naive: a host sync every step
+        if i >= warmup:
+            memory.sample(i + 1)
+    _sync(device)
+    seconds = time.perf_counter() - t_start
+    losses = [float(x) for x in raw]  # after the clock stopped
+    if not all(math.isfinite(x) for x in losses):
+        raise RuntimeError(f"non-finite loss in {v.name}: {losses}")
+    timed = batches[warmup:]
+    useful = sum(int(b.q_mask.sum() + b.d_mask.sum()) for b in timed)
+    flops = sum(batch_flops(mf, b) for b in timed)
+    return {
+        "variant": v.name, "settings": asdict(v), "device": device, "batch_size": bs, "steps": steps,
+        "warmup": warmup, "seconds": seconds, "samples_per_s": steps * bs / seconds,
+        "useful_tokens_per_s": useful / seconds, "token_efficiency": useful / sum(computed_tokens(b) for b in timed),
+        "tflops": flops / seconds / 1e12, "mfu": flops / seconds / peak if peak else None,
+        "peak_memory_bytes": _peak_bytes(device, memory), "memory": memory.summary(),
+        "loss_first": sum(losses[:3]) / len(losses[:3]), "loss_last": sum(losses[-3:]) / len(losses[-3:]),
+        "losses": losses, "system": "sentence-transformers" if v.peer else "supergrep",
+        **(trainer.describe() if hasattr(trainer, "describe") else {}),
+    }
+
+
+def run_train_bench(wl: Workload, variants: list[Variant], steps: int = 20, warmup: int = 5,
+                    time_limit: float | None = None, peak: dict | None = None, on_row=None) -> dict:
+    """Run every variant (a failure is recorded, not fatal); speedups are over naive on the same
+    device. ``on_row(partial_result)`` is called after each variant (the CLI writes its files
+    then, so a run cut short keeps what it measured)."""
+    import torch
+
+    devices = sorted({_device(v.device) for v in variants})
+    peaks = peak or {d: measure_peak(d) for d in devices}
+    mf = workload_flops(wl)
+    t0 = time.perf_counter()
+    rows: list[dict] = []
+    for v in variants:
+        if on_row is not None and rows:
+            on_row(_result(wl, steps, warmup, peaks, mf, rows, t0))
+        if time_limit is not None and time.perf_counter() - t0 > time_limit:
+            rows.append({"variant": v.name, "skipped": f"time limit {time_limit:.0f} s reached"})
+            continue
+        dev = _device(v.device)
+        log.info("bench train %s: %s", wl.name, v.name)
+        try:
+            row = run_variant(wl, v, steps, warmup, mf, peaks[dev]["flops_per_s"])
+        except Exception as exc:  # noqa: BLE001 - one variant failing (OOM, no peer) must not end the run
+            reason = "out of memory" if "out of memory" in str(exc).lower() else f"{type(exc).__name__}: {exc}"
+            row = {"variant": v.name, "device": dev, "error": reason[:500]}
+            log.warning("variant %s failed: %s", v.name, reason[:200])
+        rows.append(row)
+        with contextlib.suppress(Exception):
+            if v.compile:
+                torch._dynamo.reset()  # drop the compiled graphs (and the model they hold)
+            if dev.startswith("cuda"):
+                torch.cuda.empty_cache()
+        import gc
+
+        gc.collect()
+    res = _result(wl, steps, warmup, peaks, mf, rows, t0)
+    if on_row is not None:
+        on_row(res)
+    return res
+
+
+def _result(wl: Workload, steps: int, warmup: int, peaks: dict, mf: ModelFlops, rows: list[dict], t0: float) -> dict:
+    from supergrep.bench.workloads import length_stats
+
+    for r in rows:
+        base = next((n for n in rows if _is_naive_row(n) and n.get("device") == r.get("device")
+                     and "samples_per_s" in n), None)
+        if base and "samples_per_s" in r:
+            r["speedup_vs_naive"] = r["samples_per_s"] / base["samples_per_s"]
+    ours = [r for r in rows if r.get("system") == "supergrep" and "samples_per_s" in r and not _is_naive_row(r)]
+    peers = [r for r in rows if r.get("system") == "sentence-transformers" and "samples_per_s" in r]
+    summary = {}
+    if ours and peers:
+        best = max(ours, key=lambda r: r["samples_per_s"])
+        peer = max(peers, key=lambda r: r["samples_per_s"])
+        summary = {"best": best["variant"], "best_samples_per_s": best["samples_per_s"], "peer": peer["variant"],
+                   "peer_samples_per_s": peer["samples_per_s"],
+                   "speedup_vs_peer": best["samples_per_s"] / peer["samples_per_s"],
+                   "loss_last_best": best["loss_last"], "loss_last_peer": peer["loss_last"]}
+    return {"kind": "train", "workload": wl.describe(), "lengths": length_stats(wl.doc_cap), "steps": steps,
+            "warmup": warmup, "peaks": peaks, "model_flops": mf.to_dict(), "rows": list(rows), "summary": summary,
+            "seconds": time.perf_counter() - t0, "env": environment()}
+
+
+def _is_naive_row(row: dict) -> bool:
+    s = row.get("settings") or {}
+    return Variant(**s).is_naive if s else False
+
+
+def environment() -> dict:
+    import platform
+
+    import torch
+
+    env = {"python": platform.python_version(), "torch": torch.__version__, "machine": platform.machine(),
+           "processor": platform.processor(), "cpu_threads": torch.get_num_threads()}
+    with contextlib.suppress(Exception):
+        import transformers
+
+        env["transformers"] = transformers.__version__
+    if torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name(0)
+        env["cuda"] = torch.version.cuda
+    return env

@@ -1,0 +1,130 @@
+"""`bench train`/`bench encode` on toy workloads: they run end to end and their numbers agree."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from supergrep.bench.flops import ModelFlops, model_flops
+from supergrep.bench.train import (
+    Variant,
+    build_trainer,
+    grid_variants,
+    parse_variant,
+    run_train_bench,
+    workload_flops,
+)
+from supergrep.bench.workloads import get_workload, make_batches, make_pool
+
+PEAK = {"cpu": {"flops_per_s": 1e11, "tflops": 0.1, "dtype": "float32", "n": 0, "device": "cpu"}}
+
+
+@pytest.fixture(scope="module")
+def tiny_bert_workload(tmp_path_factory):
+    return get_workload("minilm-tiny", tmp_path_factory.mktemp("bench"))
+
+
+def test_flop_count_of_a_tiny_bert_matches_a_hand_count(tiny_bert_workload):
+    wl = tiny_bert_workload  # 2 layers, hidden 32, intermediate 128, LoRA r4 on 6 projections, projection 32 -> 16
+    tr = build_trainer(wl, Variant("count"), "cpu", wl.batch_size)
+    mf = model_flops(tr.model, tr.proj, wl.projection_dim)
+    assert workload_flops(wl) == mf
+    per_layer_frozen = 4 * 32 * 32 + 32 * 128 + 128 * 32  # q, k, v, attention output; intermediate; output
+    per_layer_lora = 4 * 4 * (32 + 32) + 2 * 4 * (32 + 128)  # r * (in + out) for A and B
+    assert mf == ModelFlops(n_frozen=2 * per_layer_frozen, n_trainable=2 * per_layer_lora + 32 * 16,
+                            n_layers=2, d_attn=32, dim=16)
+    # One query of 3 tokens, one document of 5: by hand, term by term.
+    per_tok = lambda n: 4 * mf.n_frozen + 6 * mf.n_trainable + 12 * 2 * 32 * n  # noqa: E731
+    assert mf.train_step([3], [5]) == 3 * per_tok(3) + 5 * per_tok(5) + 6 * 16 * 3 * 5
+    assert mf.encode([5]) == 5 * (2 * (mf.n_frozen + mf.n_trainable) + 4 * 2 * 32 * 5)
+
+
+def test_variant_language_and_grid():
+    v = parse_variant("bf16+compile+packing+bs=16")
+    assert (v.precision, v.compile, v.packing, v.batch_size, v.is_naive) == ("bf16", True, True, 16, False)
+    assert parse_variant("naive").is_naive
+    with pytest.raises(ValueError, match="unknown variant token"):
+        parse_variant("bf16+warp")
+    names = [g.name for g in grid_variants(["precision=fp32,bf16", "compile=0,1"])]
+    assert names == ["naive", "fp32", "fp32+compile", "bf16", "bf16+compile"]
+
+
+def test_batches_cover_the_same_pool_in_every_mode(tiny_bert_workload):
+    wl = tiny_bert_workload
+    pool = make_pool(wl, 32, seed=1)
+    real = sum(len(d) for d in pool.docs)
+    for mode in ("padmax", "random", "bucketed"):
+        bs = make_batches(pool, wl, 8, mode, packing=mode == "bucketed")
+        assert sum(int(b.d_mask.sum()) for b in bs) == real
+        if mode == "padmax":
+            assert all(b.d_ids.shape[1] == wl.doc_cap for b in bs)
+    packed = make_batches(pool, wl, 8, "bucketed", packing=True)
+    assert all(int((b.packed.seg >= 0).sum()) == int(b.d_mask.sum()) for b in packed)
+    # queries are drawn from their own document, so there is something to learn
+    assert all(set(q.tolist()) <= set(d.tolist()) for q, d in zip(pool.queries, pool.docs))
+
+
+def test_bench_train_runs_naive_and_optimised_with_consistent_numbers(tiny_bert_workload, tmp_path):
+    from supergrep.bench import report
+
+    wl = tiny_bert_workload
+    variants = [parse_variant(v) for v in ("naive", "fp32", "fp32+packing")]
+    res = run_train_bench(wl, variants, steps=2, warmup=1, peak=PEAK)
+    rows = {r["variant"]: r for r in res["rows"]}
+    assert set(rows) == {"naive", "fp32", "fp32+packing"} and all("error" not in r for r in rows.values())
+    assert rows["naive"]["speedup_vs_naive"] == pytest.approx(1.0)
+    for r in rows.values():
+        assert r["samples_per_s"] == pytest.approx(r["steps"] * r["batch_size"] / r["seconds"])
+        assert r["mfu"] == pytest.approx(r["tflops"] * 1e12 / PEAK["cpu"]["flops_per_s"])
+        assert r["speedup_vs_naive"] == pytest.approx(r["samples_per_s"] / rows["naive"]["samples_per_s"])
+        assert 0 < r["token_efficiency"] <= 1 and r["peak_memory_bytes"] > 0
+        assert len(r["losses"]) == 3 and r["memory"]["samples"] == 3
+    # naive pads every document to the cap; bucketing and packing waste less
+    assert rows["naive"]["token_efficiency"] < min(rows["fp32"]["token_efficiency"],
+                                                   rows["fp32+packing"]["token_efficiency"])
+    files = report.write(res, tmp_path, "train-tiny")
+    assert json.loads(files["json"].read_text())["rows"][0]["variant"] == "naive"
+    assert "| naive | cpu | 8 |" in files["markdown"].read_text()
+    assert files["png"].read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_peer_runs_on_the_same_batches_or_is_skipped_cleanly(tiny_bert_workload, monkeypatch):
+    from supergrep.bench import peer
+
+    res = run_train_bench(tiny_bert_workload, [parse_variant("peer+fp32")], steps=1, warmup=1, peak=PEAK)
+    row = res["rows"][0]
+    if peer.available() is None:
+        assert row["system"] == "sentence-transformers" and row["samples_per_s"] > 0, row
+        assert row["peer_trainable"] > 0
+    else:
+        assert "peer unavailable" in row["error"]
+    monkeypatch.setattr(peer, "available", lambda: "not installed (test)")
+    res = run_train_bench(tiny_bert_workload, [parse_variant("peer+fp32")], steps=1, warmup=0, peak=PEAK)
+    assert "not installed" in res["rows"][0]["error"]
+
+
+def test_bench_cli_train_and_encode(tmp_path):
+    from click.testing import CliRunner
+
+    from supergrep.cli import cli
+
+    runner = CliRunner()
+    got = runner.invoke(cli, ["bench", "train", "-w", "xtr-tiny", "--work-dir", str(tmp_path / "w"), "--steps", "2",
+                              "--warmup", "0", "--variants", "fp32+packing", "--json", "--device", "cpu"])
+    assert got.exit_code == 0, got.output
+    res = json.loads(got.output)
+    assert [r["variant"] for r in res["rows"]] == ["fp32+packing"]
+    assert all("samples_per_s" in r for r in res["rows"]), res["rows"]
+    assert res["model_flops"]["n_layers"] == 2 and res["model_flops"]["d_attn"] == 32  # T5: heads x d_kv
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "m.py").write_text("def add(a, b):\n    '''Add.'''\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n")
+    got = runner.invoke(cli, ["bench", "encode", "-w", "minilm-tiny", "--work-dir", str(tmp_path / "w"), "--docs", "20",
+                              "--index-root", str(src), "--json", "--device", "cpu", "--out", str(tmp_path / "o")])
+    assert got.exit_code == 0, got.output
+    res = json.loads(got.output)
+    fwd, idx = res["rows"]
+    assert fwd["tokens_per_s"] > 0 and 0 < fwd["mfu"] < 1
+    assert idx["lines"] == 7 and idx["lines_per_s"] > 0, idx
+    assert (tmp_path / "o" / "encode-minilm-tiny.md").is_file()
