@@ -74,6 +74,10 @@ class VectorStore(ABC):
     def stats(self, conn: sqlite3.Connection) -> dict:
         """{"vectors": live token vectors, "bytes": bytes on disk}."""
 
+    def warm(self, conn: sqlite3.Connection) -> None:  # noqa: B027 - optional hook, no-op by default
+        """Long-lived processes (the daemon), after an update: load what the next query needs and
+        forget what is gone."""
+
 
 @dataclass
 class _Segment:
@@ -107,6 +111,7 @@ class SegmentStore(VectorStore):
         # float16 -> float32 cast costs more than the matmul itself on CPU. 0 disables it.
         self.cache_bytes = cache_bytes
         self._f32: dict[int, np.ndarray] = {}
+        self._created: dict[int, float] = {}  # segment id -> its `created` when we cached it
 
     # ----------------------------------------------------------------------------- files
     def _paths(self, seg: int) -> tuple[Path, Path]:
@@ -220,13 +225,20 @@ class SegmentStore(VectorStore):
         if own_tx:
             conn.execute("BEGIN")
         try:
-            segs = [r[0] for r in conn.execute("SELECT id FROM segments ORDER BY id")]
+            rows = conn.execute("SELECT id, created FROM segments ORDER BY id").fetchall()
             dead = np.fromiter((r[0] for r in conn.execute("SELECT chunk_id FROM tombstones")), np.int64)
         finally:
             if own_tx:
                 conn.execute("COMMIT")
+        for sid, created in rows:
+            # An id can come back with other contents (another process compacted the newest
+            # segment away, or rebuilt the index): forget what a long-lived reader cached.
+            if self._created.get(sid, created) != created:
+                self._cache.pop(sid, None)
+                self._f32.pop(sid, None)
+            self._created[sid] = created
         dead.sort()
-        return segs, dead
+        return [sid for sid, _ in rows], dead
 
     def _with_retry(self, conn: sqlite3.Connection, fn):
         """Run ``fn(segments, dead)``; a compaction may delete a segment between our snapshot and
@@ -250,7 +262,8 @@ class SegmentStore(VectorStore):
         if got is not None or self.cache_bytes <= 0:
             return got
         need = seg.vectors.shape[0] * self.dim * 4
-        if sum(a.nbytes for a in self._f32.values()) + need > self.cache_bytes:
+        # list(): other threads (a daemon's searches) may add entries while we sum.
+        if sum(a.nbytes for a in list(self._f32.values())) + need > self.cache_bytes:
             return None
         got = np.asarray(seg.vectors, dtype=np.float32)  # (n_tokens, dim)
         self._f32[seg.id] = got
@@ -402,6 +415,20 @@ class SegmentStore(VectorStore):
                 if m:
                     self._cache.pop(int(m.group(1)), None)
                     self._f32.pop(int(m.group(1)), None)
+
+    def warm(self, conn: sqlite3.Connection) -> None:
+        """Map every live segment, fill the float32 cache (as far as ``cache_bytes`` allows) and
+        drop cached segments that no longer exist."""
+        segs, _ = self._snapshot(conn)
+        live = set(segs)
+        for cache in (self._cache, self._f32, self._created):
+            for sid in [sid for sid in list(cache) if sid not in live]:
+                cache.pop(sid, None)
+        for sid in segs:
+            try:
+                self._float32(self._load(sid))
+            except FileNotFoundError:
+                return  # compacted away meanwhile; the next warm-up catches up
 
     def stats(self, conn: sqlite3.Connection) -> dict:
         n, size = conn.execute(
