@@ -19,11 +19,14 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import click  # noqa: E402
 
 from supergrep import __version__  # noqa: E402
+from supergrep.cli.cmd_daemon import daemon_group  # noqa: E402
 from supergrep.cli.cmd_eval import eval_cmd  # noqa: E402
 from supergrep.cli.cmd_eval_pairs import eval_pairs_cmd  # noqa: E402
 from supergrep.cli.cmd_index import index_cmd  # noqa: E402
 from supergrep.cli.cmd_merge import merge_cmd  # noqa: E402
 from supergrep.cli.cmd_search import search_cmd  # noqa: E402
+from supergrep.cli.cmd_serve_mcp import serve_mcp_cmd  # noqa: E402
+from supergrep.cli.cmd_shell import completions_cmd, init_cmd  # noqa: E402
 from supergrep.cli.cmd_status import chunks_cmd, clean_cmd, files_cmd, status_cmd  # noqa: E402
 from supergrep.cli.cmd_train import train_cmd  # noqa: E402
 from supergrep.errors import SupergrepError  # noqa: E402
@@ -61,11 +64,16 @@ def cli() -> None:
       supergrep eval-pairs --pairs val.jsonl              docstring -> code retrieval
       supergrep train --train-file pairs.jsonl           fine-tune (LoRA), see docs/training.md
       supergrep merge CHECKPOINT -o DIR                  fold the adapter into a plain model
+      supergrep daemon start | stop | status | add PATH  keep models warm, indexes current
+      supergrep serve-mcp                                MCP server for coding agents (stdio)
+      supergrep completions SHELL | init SHELL           tab completion, shell integration
     """
 
 
 for _cmd in (search_cmd, index_cmd, status_cmd, files_cmd, chunks_cmd, clean_cmd, eval_cmd, eval_pairs_cmd,
              train_cmd, merge_cmd):
+    cli.add_command(_cmd)
+for _cmd in (daemon_group, serve_mcp_cmd, completions_cmd, init_cmd):  # issue 9: daemon, agents, shells
     cli.add_command(_cmd)
 
 
