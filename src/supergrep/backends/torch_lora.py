@@ -31,6 +31,7 @@ class LoRALinear(nn.Module):
         self.lora_B = nn.Parameter(torch.zeros(base.out_features, r, dtype=torch.float32, device=base.weight.device))
         nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))  # PEFT's default init of A
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.enabled = True  # False: behave as the base layer (the distillation teacher)
 
     # Model code sometimes reads a projection's weight directly (T5's ``wo.weight.dtype``).
     @property
@@ -55,6 +56,8 @@ class LoRALinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.base(x)
+        if not self.enabled:
+            return out
         a = self.lora_A.to(x.dtype)
         b = self.lora_B.to(x.dtype)
         return out + (self.dropout(x) @ a.t() @ b.t()) * self.scale

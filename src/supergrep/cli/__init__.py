@@ -24,6 +24,7 @@ from supergrep.cli.cmd_eval import eval_cmd  # noqa: E402
 from supergrep.cli.cmd_eval_pairs import eval_pairs_cmd  # noqa: E402
 from supergrep.cli.cmd_index import index_cmd  # noqa: E402
 from supergrep.cli.cmd_merge import merge_cmd  # noqa: E402
+from supergrep.cli.cmd_mine import mine_cmd  # noqa: E402
 from supergrep.cli.cmd_search import search_cmd  # noqa: E402
 from supergrep.cli.cmd_serve_mcp import serve_mcp_cmd  # noqa: E402
 from supergrep.cli.cmd_shell import completions_cmd, init_cmd  # noqa: E402
@@ -71,7 +72,7 @@ def cli() -> None:
 
 
 for _cmd in (search_cmd, index_cmd, status_cmd, files_cmd, chunks_cmd, clean_cmd, eval_cmd, eval_pairs_cmd,
-             train_cmd, merge_cmd):
+             mine_cmd, train_cmd, merge_cmd):
     cli.add_command(_cmd)
 for _cmd in (daemon_group, serve_mcp_cmd, completions_cmd, init_cmd):  # issue 9: daemon, agents, shells
     cli.add_command(_cmd)
