@@ -62,6 +62,9 @@ def test_mcp_round_trip(sample_project, tiny_model, _isolated_home):
 
             bad = await session.call_tool("search", {"query": "x", "languages": ["klingon"]})
             assert field(bad, "is_error", "isError")
+            assert "unknown language 'klingon'; known: " in bad.content[0].text  # the agent reads why
+            missing = await session.call_tool("index", {"path": str(sample_project / "no-such-dir")})
+            assert field(missing, "is_error", "isError") and "does not exist" in missing.content[0].text
 
             st = structured(await session.call_tool("status", {"path": str(sample_project)}))
             assert st["indexed"] is True and st["files"] == 3

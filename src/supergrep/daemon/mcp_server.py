@@ -30,7 +30,20 @@ symbol and a snippet. Projects are indexed on first use and kept current as file
 Use mode="lexical" for exact identifiers; `status` tells whether a project is indexed."""
 
 
-class ToolError(Exception):
+def _sdk_tool_error() -> type[Exception]:
+    """The SDK's "anticipated failure" exception: the agent reads its message (mcp 2.x turns
+    any other exception into a bare "Error executing tool NAME" and logs a traceback)."""
+    try:
+        from mcp.server.mcpserver.exceptions import ToolError as SdkToolError  # mcp >= 2
+    except ImportError:
+        try:
+            from mcp.server.fastmcp.exceptions import ToolError as SdkToolError  # mcp 1.x
+        except ImportError:  # no SDK: Backend still works (tests, the CLI's error path)
+            return Exception
+    return SdkToolError
+
+
+class ToolError(_sdk_tool_error()):  # type: ignore[misc]
     """A tool call that failed in a way the agent can fix (the message says how)."""
 
 
