@@ -82,6 +82,7 @@ class DaemonConfig:
     max_delay_ms: int = _f(1000, "... and at the latest this long after the burst's first change.")
     max_paths: int = _f(256, "A burst touching more files than this re-walks the project instead of checking each path.")
     cache_bytes: int = _f(2048 * MiB, "float32 token vectors the daemon keeps in memory per project (0: cast float16 per query, ~2x slower MaxSim).")
+    search_threads: int = _f(0, "Semantic and hybrid searches that scan vectors at once (others queue; lexical ones never wait); 0: one per CPU core.")
     rescan_s: int = _f(600, "Walk every registered project this often, for changes the watcher missed (0: never).")
     preload: bool = _f(True, "Load the default model when the daemon starts, so the first semantic search is warm.")
 

@@ -188,3 +188,25 @@ def test_concurrent_searches_during_updates(engine, indexed, tiny_model):
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_scans_queue_for_a_slot_but_lexical_searches_never_wait(_isolated_home, indexed, tiny_model):
+    (_isolated_home / "config.toml").write_text("[daemon]\nsearch_threads = 1\npreload = false\nrescan_s = 0\n")
+    e = Engine(load_config(None), watch=False, persist=False)
+    req = {"op": "search", "query": "retry sessions", "path": str(indexed), "cwd": "/", "register": False,
+           "model_path": str(tiny_model)}
+    assert e.handle({**req, "mode": "semantic"})["ok"]  # the model is loaded
+    answers: list[dict] = []
+    e._scan_slots.acquire()  # one scan in progress: the only slot is taken
+    try:
+        t = threading.Thread(target=lambda: answers.append(e.handle({**req, "mode": "hybrid"})))
+        t.start()
+        lex = e.handle({**req, "mode": "lexical"})
+        assert lex["ok"] and lex["results"] and lex["timings_ms"]["queued"] < 50
+        t.join(0.5)
+        assert t.is_alive() and not answers  # the hybrid search waits for the slot
+    finally:
+        e._scan_slots.release()
+    t.join(30)
+    assert answers and answers[0]["ok"] and answers[0]["results"]
+    assert answers[0]["timings_ms"]["queued"] >= 400

@@ -269,6 +269,10 @@ class Engine:
         # One model load at a time: transformers' lazy imports are not thread-safe (two threads
         # importing AutoTokenizer at once can fail), and two loads would only split the CPU.
         self._load_lock = threading.Lock()
+        # Exact MaxSim is CPU-bound: more scans at once than cores only multiplies their
+        # float32 temporaries and makes every one of them finish late. Lexical searches never wait.
+        slots = self.cfg.daemon.search_threads or os.cpu_count() or 1
+        self._scan_slots = threading.BoundedSemaphore(max(1, slots))
         self._specs: dict[str, tuple[float, ModelSpec, str]] = {}
         self._languages = set(language_names())
         self._queue: queue.Queue[Project | None] = queue.Queue()
@@ -642,10 +646,13 @@ class Engine:
                 if rep is not None and rep.skipped and not quiet:
                     notice("skipped: " + ", ".join(f"{n} {why}" for why, n in sorted(rep.skipped.items())))
             t_ready = time.perf_counter()
-            with p.reader() as index:
-                searcher = Searcher(index, load, cfg.search)  # type: ignore[arg-type]
-                hits = searcher.search(query, mode=mode, limit=request.get("limit"), filters=filters,
-                                       auto=bool(request.get("auto")))
+            scans = (mode or cfg.search.mode) != "lexical"
+            with self._scan_slots if scans else contextlib.nullcontext():
+                t_slot = time.perf_counter()
+                with p.reader() as index:
+                    searcher = Searcher(index, load, cfg.search)  # type: ignore[arg-type]
+                    hits = searcher.search(query, mode=mode, limit=request.get("limit"), filters=filters,
+                                           auto=bool(request.get("auto")))
         except Exception as exc:
             if not _corrupt(exc):
                 raise
@@ -657,6 +664,7 @@ class Engine:
         self.counters["searches"] += 1
         used_mode = mode or cfg.search.mode
         timings = {"total": 0.0, "prepare": round((t_ready - t0) * 1000, 3),
+                   "queued": round((t_slot - t_ready) * 1000, 3),
                    "encode": round(encoders[0].last_query_ms(), 3) if encoders else 0.0}
         out: dict[str, Any] = {"root": str(root), "mode": used_mode, "count": len(hits), "timings_ms": timings}
         if render is not None:
