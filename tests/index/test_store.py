@@ -142,6 +142,37 @@ def test_reader_survives_compaction_by_another_connection(tmp_path):
     assert len(calls) == 2
 
 
+def test_a_compaction_racing_a_search_keeps_the_rest_of_the_float32_cache(tmp_path):
+    """One store shared by a compacting writer and searching readers (the daemon's threads):
+    a search whose snapshot names a segment compacted away meanwhile retries, and the float32
+    copies of every other segment stay cached (not re-cast)."""
+    rng = np.random.default_rng(5)
+    conn = connect(tmp_path)
+    shared = SegmentStore(tmp_path, DIM, cache_bytes=1 << 30)
+    docs = {i: unit(rng, 4) for i in range(1, 31)}
+    for part in ([*range(1, 11)], [*range(11, 21)], [*range(21, 31)]):
+        add(shared, conn, part, [docs[i] for i in part])
+    shared.warm(conn)
+    before = dict(shared._f32)
+    assert len(before) == 3
+    stale = shared._snapshot(conn)  # a search takes its snapshot ...
+    remove(shared, conn, [*range(21, 31)])  # ... an update empties the last segment ...
+    shared.maintain(conn)  # ... and compaction deletes its file (and drops it from the cache)
+    real, calls = shared._snapshot, []
+
+    def snapshot(c):
+        calls.append(1)
+        return stale if len(calls) == 1 else real(c)
+
+    shared._snapshot = snapshot
+    q = unit(rng, 3)
+    want, _ = brute(q, {i: docs[i] for i in range(1, 21)}, 5)
+    assert shared.search(conn, q, 5)[0].tolist() == want and len(calls) == 2
+    for sid, array in before.items():
+        if sid in set(real(conn)[0]):
+            assert id(shared._f32.get(sid)) == id(array), f"segment {sid} was dropped and re-cast"
+
+
 def test_rejects_empty_chunk_and_wrong_dim(store):
     s, conn = store
     conn.execute("BEGIN IMMEDIATE")

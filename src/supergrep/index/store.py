@@ -245,11 +245,17 @@ class SegmentStore(VectorStore):
         opening its file, so re-snapshot and retry (files we already mapped stay readable)."""
         for attempt in range(3):
             segs, dead = self._snapshot(conn)
+            if attempt:
+                # Forget only what is gone: clearing the whole cache here made a daemon (whose
+                # threads share this store while one of them compacts) drop and re-cast
+                # gigabytes of float32 vectors on every compaction that raced a search.
+                live = set(segs)
+                for cache in (self._cache, self._f32):
+                    for sid in [sid for sid in list(cache) if sid not in live]:
+                        cache.pop(sid, None)
             try:
                 return fn(segs, dead)
             except FileNotFoundError:
-                self._cache.clear()
-                self._f32.clear()
                 if attempt == 2:
                     raise IndexCorruptError(
                         "segment files are missing; run `supergrep index --force` to rebuild"
