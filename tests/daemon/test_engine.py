@@ -210,3 +210,28 @@ def test_scans_queue_for_a_slot_but_lexical_searches_never_wait(_isolated_home, 
     t.join(30)
     assert answers and answers[0]["ok"] and answers[0]["results"]
     assert answers[0]["timings_ms"]["queued"] >= 400
+
+
+def test_a_search_that_races_an_update_is_retried_not_taken_for_damage(engine, indexed, tiny_model, monkeypatch):
+    """Only a fresh look at the files decides "damaged": a search that saw a segment vanish
+    (a compaction raced it) is run again, and the index is not wiped."""
+    import supergrep.daemon.engine as engine_mod
+    from supergrep.errors import IndexCorruptError
+
+    real, failures = engine_mod.Searcher.search, []
+
+    def racing(self, *args, **kwargs):
+        if len(failures) < want_failures:
+            failures.append(1)
+            raise IndexCorruptError("segment files are missing; run `supergrep index --force` to rebuild")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(engine_mod.Searcher, "search", racing)
+    want_failures = 1
+    answer = lexical(engine, indexed, "retry_with_backoff", model_path=str(tiny_model))
+    assert answer["ok"] and answer["results"] and failures == [1]
+    want_failures = 3  # twice in a row: an error to search again, still no rebuild
+    answer = lexical(engine, indexed, "retry_with_backoff", model_path=str(tiny_model))
+    assert answer["error"]["type"] == "IndexBusyError" and "search again" in answer["error"]["message"]
+    assert answer["error"]["exit_code"] == 2
+    assert engine.counters["rebuilds"] == 0 and Index(indexed).exists()

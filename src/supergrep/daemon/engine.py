@@ -35,7 +35,13 @@ from supergrep.daemon import registry
 from supergrep.daemon.protocol import error
 from supergrep.encoder.encoder import Encoder
 from supergrep.encoder.spec import ModelSpec, resolve_model
-from supergrep.errors import IndexCorruptError, IndexMissingError, SupergrepError, UsageError
+from supergrep.errors import (
+    IndexBusyError,
+    IndexCorruptError,
+    IndexMissingError,
+    SupergrepError,
+    UsageError,
+)
 from supergrep.index.format import MANIFEST, Manifest, default_index_dir
 from supergrep.index.indexer import IndexReport, update_index, update_paths
 from supergrep.index.project import Index, find_project_root, search_root
@@ -541,6 +547,21 @@ class Engine:
             except WalkRequired:
                 return update_index(index, enc, cfg)  # type: ignore[arg-type]
 
+    def _damaged(self, p: Project) -> bool:
+        """Whether the index's files are damaged, judged by a fresh handle (not the shared
+        store and its caches): a search can fail the same way when it races an update."""
+        try:
+            fresh = Index(p.root, p.index_dir)
+            try:
+                if fresh.exists():
+                    fresh.store.check(fresh.conn)
+                    fresh.conn.execute("SELECT COUNT(*) FROM chunks").fetchone()
+            finally:
+                fresh.close()
+        except Exception as exc:
+            return _corrupt(exc)
+        return False
+
     def _warm(self, p: Project) -> None:
         try:
             with p.reader() as index:
@@ -647,15 +668,25 @@ class Engine:
                     notice("skipped: " + ", ".join(f"{n} {why}" for why, n in sorted(rep.skipped.items())))
             t_ready = time.perf_counter()
             scans = (mode or cfg.search.mode) != "lexical"
-            with self._scan_slots if scans else contextlib.nullcontext():
-                t_slot = time.perf_counter()
-                with p.reader() as index:
-                    searcher = Searcher(index, load, cfg.search)  # type: ignore[arg-type]
-                    hits = searcher.search(query, mode=mode, limit=request.get("limit"), filters=filters,
-                                           auto=bool(request.get("auto")))
+            for attempt in (1, 2):
+                try:
+                    with self._scan_slots if scans else contextlib.nullcontext():
+                        t_slot = time.perf_counter()
+                        with p.reader() as index:
+                            searcher = Searcher(index, load, cfg.search)  # type: ignore[arg-type]
+                            hits = searcher.search(query, mode=mode, limit=request.get("limit"), filters=filters,
+                                                   auto=bool(request.get("auto")))
+                    break
+                except Exception as exc:
+                    # "Damaged" can also be a search that raced an update; a fresh look decides.
+                    if attempt == 2 or not _corrupt(exc) or self._damaged(p):
+                        raise
+                    log.info("a search of %s raced an index update (%s); searching again", root, exc)
         except Exception as exc:
             if not _corrupt(exc):
                 raise
+            if not self._damaged(p):
+                raise IndexBusyError(f"the index of {root} changed during the search ({exc}); search again") from None
             if not (p.pending_rebuild or p.state == "indexing"):
                 log.warning("the index of %s is damaged (%s); rebuilding it", root, exc)
                 self._enqueue(p, rebuild=True)

@@ -78,6 +78,10 @@ class VectorStore(ABC):
         """Long-lived processes (the daemon), after an update: load what the next query needs and
         forget what is gone."""
 
+    def check(self, conn: sqlite3.Connection) -> None:  # noqa: B027 - optional hook, no-op by default
+        """Raise IndexCorruptError when stored vectors are missing or unreadable (a cheap probe,
+        not a full read): tells a damaged index from a search that raced an update."""
+
 
 @dataclass
 class _Segment:
@@ -147,9 +151,17 @@ class SegmentStore(VectorStore):
         return s
 
     def _new_segment_id(self, conn: sqlite3.Connection) -> int:
+        """A segment id never used before in this index (called inside the writer's transaction).
+
+        Not just MAX(id) + 1: once compaction deletes the newest segment its id would come
+        back with other contents, and a long-lived reader (the daemon's threads share one
+        store and its caches) could mix the two up."""
         top = conn.execute("SELECT COALESCE(MAX(id), 0) FROM segments").fetchone()[0]
+        row = conn.execute("SELECT value FROM meta WHERE key = 'next_segment'").fetchone()
         on_disk = [int(m.group(1)) for p in self._listdir() if (m := _SEG_RE.match(p))]
-        return max([top, *on_disk]) + 1
+        seg = max([top, int(row[0]) - 1 if row else 0, *on_disk]) + 1
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('next_segment', ?)", (str(seg + 1),))
+        return seg
 
     def _listdir(self) -> list[str]:
         try:
@@ -303,8 +315,9 @@ class SegmentStore(VectorStore):
 
         def run(segs: list[int], dead: np.ndarray):
             all_ids, all_scores = [], []
-            for sid in segs:
-                seg = self._load(sid)
+            # Map the whole snapshot first: a mapped file stays readable after a compaction
+            # deletes it, so only this instant (not the whole scan) can race one.
+            for seg in [self._load(sid) for sid in segs]:
                 ids = seg.layout[:, 0]
                 keep = ~np.isin(ids, dead, assume_unique=False) if len(dead) else np.ones(len(ids), bool)
                 if allowed is not None:
@@ -435,6 +448,10 @@ class SegmentStore(VectorStore):
                 self._float32(self._load(sid))
             except FileNotFoundError:
                 return  # compacted away meanwhile; the next warm-up catches up
+
+    def check(self, conn: sqlite3.Connection) -> None:
+        """Map every live segment (retrying past a concurrent compaction, like a search)."""
+        self._with_retry(conn, lambda segs, _dead: [self._load(sid) for sid in segs])
 
     def stats(self, conn: sqlite3.Connection) -> dict:
         n, size = conn.execute(
