@@ -10,7 +10,10 @@ Usage (SUPERGREP_HOME must hold an index of ROOT built with the default model, e
 
 latency: wall time from spawning the `supergrep` console script (the same two lines pip
 generates) to its exit, per mode, through the daemon; beside it the interpreter alone, the
-client's imports, a ping round trip, and cold direct searches (SUPERGREP_NO_DAEMON=1). Then
+client's imports, a ping round trip, and cold direct searches (SUPERGREP_NO_DAEMON=1). Also
+the CPU time of each client process and of the daemon's request thread (`timings_ms.cpu`):
+on a machine shared with other jobs, wall time measures the machine's load as much as the
+code, CPU time does not. Then
 where the time goes inside one warm process (query encoding, MaxSim, BM25, chunk fetch,
 rendering), with the same float32 cache the daemon keeps.
 freshness: write a file holding a new identifier (alternately a new file and an edit), poll
@@ -66,6 +69,18 @@ def timed(cmd: list[str], env: dict | None = None) -> tuple[float, subprocess.Co
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     return (time.perf_counter() - t0) * 1000, r
+
+
+def timed_cpu(cmd: list[str], env: dict | None = None) -> tuple[float, float, subprocess.CompletedProcess]:
+    """Wall ms and the child's CPU ms (user + system; one child at a time, so the rusage delta
+    is this one's). CPU time barely moves with other jobs' load; wall time does."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    ms, r = timed(cmd, env)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
+    return ms, cpu, r
 
 
 def queries(n: int) -> list[str]:
@@ -127,18 +142,23 @@ def cmd_latency(args) -> dict:
         "client imports": [sys.executable, "-c", "import supergrep.launcher, supergrep.daemon.client"],
         "ping round trip": [sys.executable, "-c", "from supergrep.daemon import client; client.call({'op': 'ping'})"],
     }
+    cpu: dict[str, list[float]] = {}
     for i in range(args.runs):
         for name, cmd in cases.items():
-            rows.setdefault(name, []).append(timed(cmd, env)[0])
+            ms, c, _ = timed_cpu(cmd, env)
+            rows.setdefault(name, []).append(ms)
+            cpu.setdefault(name, []).append(c)
         for mode in ("lexical", "semantic", "hybrid"):
-            ms, r = timed([str(script), qs[i % len(qs)], str(root), "--mode", mode], env)
+            ms, c, r = timed_cpu([str(script), qs[i % len(qs)], str(root), "--mode", mode], env)
             if r.returncode not in (0, 1):
                 raise SystemExit(f"search failed: {r.stderr}")
             rows.setdefault(f"search --mode {mode}", []).append(ms)
+            cpu.setdefault(f"search --mode {mode}", []).append(c)
     for name in cases:
         out["baseline"][name] = summary(rows[name])
     for mode in ("lexical", "semantic", "hybrid"):
         out["end_to_end"][mode] = summary(rows[f"search --mode {mode}"])
+    out["client_cpu_ms"] = {name: summary(v) for name, v in cpu.items()}
     # Server-side split, from the daemon's own timings.
     server: dict[str, dict[str, list[float]]] = {}
     for i in range(args.runs):
