@@ -235,7 +235,7 @@ def cmd_freshness(args) -> dict:
     ensure_daemon(root)
     target = root / "_sg_freshness"
     target.mkdir(exist_ok=True)
-    latencies = []
+    latencies, polls = [], []
     try:
         for i in range(args.saves):
             ident = f"freshness_probe_{os.getpid()}_{i}_{random.randrange(1 << 30)}"
@@ -244,22 +244,28 @@ def cmd_freshness(args) -> dict:
             # so the run includes the compactions they trigger
             name = f"probe_{i - i % 2}.py"
             (target / name).write_text(f"def {ident}():\n    return {i}\n")
+            slowest = (0.0, {})
             while True:
+                t_call = time.perf_counter()
                 a = client.call({"op": "search", "query": ident, "path": str(root), "cwd": "/", "mode": "lexical",
                                  "limit": 1})
+                slowest = max(slowest, ((time.perf_counter() - t_call) * 1000, a["timings_ms"]), key=lambda x: x[0])
                 if a["count"] and ident in a["results"][0]["snippet"]:
                     break
                 if time.perf_counter() - t0 > 30:
                     raise SystemExit(f"{ident} not searchable after 30 s")
                 time.sleep(0.01)
             latencies.append((time.perf_counter() - t0) * 1000)
+            polls.append({"save_ms": round(latencies[-1], 1), "slowest_poll_ms": round(slowest[0], 1),
+                          "its_daemon_timings_ms": slowest[1]})
             time.sleep(args.pause)
     finally:
         for p in target.iterdir():
             p.unlink()
         target.rmdir()
     return {"root": str(root), "saves": args.saves, "save_to_searchable": summary(latencies),
-            "max_ms": round(max(latencies), 1), "load": os.getloadavg()}
+            "max_ms": round(max(latencies), 1), "slowest_saves": sorted(polls, key=lambda p: -p["save_ms"])[:3],
+            "load": os.getloadavg()}
 
 
 def rss_of(pid: int) -> int:
