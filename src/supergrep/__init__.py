@@ -7,9 +7,6 @@ Public API (imported lazily, so ``import supergrep`` stays cheap)::
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 __version__ = "0.1.0"
 
 _LAZY = {
@@ -26,7 +23,9 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _LAZY:
+        import importlib
+
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'supergrep' has no attribute {name!r}")

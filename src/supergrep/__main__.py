@@ -1,3 +1,3 @@
-from supergrep.cli import main
+from supergrep.launcher import main
 
 main()

@@ -1,7 +1,7 @@
 """Typed configuration: one dataclass per concern, each the only source of its defaults.
 
 Precedence is defaults < config file(s) < CLI flags. Config files are TOML with one table per
-section (``[walk]``, ``[chunk]``, ``[encode]``, ``[search]``); they are read from
+section (``[walk]``, ``[chunk]``, ``[encode]``, ``[search]``, ``[daemon]``); they are read from
 ``$SUPERGREP_HOME/config.toml`` and then from ``.supergrep.toml`` in the project root. Unknown
 keys and wrongly typed values are errors that name the file (and line, for TOML syntax errors).
 """
@@ -9,13 +9,13 @@ keys and wrongly typed values are errors that name the file (and line, for TOML 
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from supergrep.errors import ConfigError
+from supergrep.home import supergrep_home  # noqa: F401 - re-exported (one definition, stdlib only)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -78,27 +78,26 @@ class SearchConfig:
 
 
 @dataclass
+class DaemonConfig:
+    debounce_ms: int = _f(200, "The watcher re-indexes once a burst of file changes has been quiet this long.")
+    max_delay_ms: int = _f(1000, "... and at the latest this long after the burst's first change.")
+    max_paths: int = _f(256, "A burst touching more files than this re-walks the project instead of checking each path.")
+    cache_bytes: int = _f(2048 * MiB, "float32 token vectors the daemon keeps in memory per project (0: cast float16 per query, ~2x slower MaxSim).")
+    search_threads: int = _f(0, "Semantic and hybrid searches that scan vectors at once (others queue; lexical ones never wait); 0: one per CPU core.")
+    rescan_s: int = _f(600, "Walk every registered project this often, for changes the watcher missed (0: never).")
+    preload: bool = _f(True, "Load the default model when the daemon starts, so the first semantic search is warm.")
+
+
+@dataclass
 class Config:
     walk: WalkConfig = field(default_factory=WalkConfig)
     chunk: ChunkConfig = field(default_factory=ChunkConfig)
     encode: EncodeConfig = field(default_factory=EncodeConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-
-def supergrep_home() -> Path:
-    """``$SUPERGREP_HOME``, else the platform's per-user data directory (XDG on Linux)."""
-    env = os.environ.get("SUPERGREP_HOME")
-    if env:
-        return Path(env).expanduser()
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Application Support" / "supergrep"
-    if os.name == "nt":  # pragma: no cover
-        return Path(os.environ.get("LOCALAPPDATA", Path.home())) / "supergrep"
-    xdg = os.environ.get("XDG_DATA_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".local" / "share") / "supergrep"
 
 
 def _coerce(section: str, name: str, value: Any, default: Any, path: Path) -> Any:

@@ -48,3 +48,7 @@ class IndexBusyError(SupergrepError):
 class TrainingError(SupergrepError):
     """A training run that cannot go on (out of memory at mini-batch 1, a non-finite loss, a
     checkpoint that does not fit the model, ...)."""
+
+
+class DaemonError(SupergrepError):
+    """The daemon cannot start, or does not answer (the message names its log file)."""

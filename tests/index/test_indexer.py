@@ -140,6 +140,27 @@ def test_readers_never_see_a_half_written_update(sample_project, tiny_encoder):
     assert counts
 
 
+def test_a_new_reader_opens_and_searches_while_a_write_is_in_progress(sample_project, tiny_encoder):
+    """A compaction holds SQLite's write lock for its whole length; a search that opens a new
+    connection meanwhile (a daemon thread, the CLI) must not wait for it."""
+    index = Index(sample_project)
+    update_index(index, tiny_encoder)
+    index.conn.execute("BEGIN IMMEDIATE")  # what store._rewrite holds while it copies vectors
+    got: list = []
+
+    def search():
+        got.append(Searcher(Index(sample_project), tiny_encoder).search("retry_with_backoff", mode="lexical"))
+
+    t = threading.Thread(target=search)
+    try:
+        t.start()
+        t.join(5)
+        assert got and got[0][0].symbol == "retry_with_backoff", "the reader waited for the writer"
+    finally:
+        index.conn.execute("COMMIT")
+        t.join()
+
+
 def test_second_writer_waits_then_gives_up(sample_project, tiny_encoder):
     index = Index(sample_project)
     update_index(index, tiny_encoder)

@@ -142,6 +142,90 @@ def test_reader_survives_compaction_by_another_connection(tmp_path):
     assert len(calls) == 2
 
 
+def test_a_compaction_racing_a_search_keeps_the_rest_of_the_float32_cache(tmp_path):
+    """One store shared by a compacting writer and searching readers (the daemon's threads):
+    a search whose snapshot names a segment compacted away meanwhile retries, and the float32
+    copies of every other segment stay cached (not re-cast)."""
+    rng = np.random.default_rng(5)
+    conn = connect(tmp_path)
+    shared = SegmentStore(tmp_path, DIM, cache_bytes=1 << 30)
+    docs = {i: unit(rng, 4) for i in range(1, 31)}
+    for part in ([*range(1, 11)], [*range(11, 21)], [*range(21, 31)]):
+        add(shared, conn, part, [docs[i] for i in part])
+    shared.warm(conn)
+    before = dict(shared._f32)
+    assert len(before) == 3
+    stale = shared._snapshot(conn)  # a search takes its snapshot ...
+    remove(shared, conn, [*range(21, 31)])  # ... an update empties the last segment ...
+    shared.maintain(conn)  # ... and compaction deletes its file (and drops it from the cache)
+    real, calls = shared._snapshot, []
+
+    def snapshot(c):
+        calls.append(1)
+        return stale if len(calls) == 1 else real(c)
+
+    shared._snapshot = snapshot
+    q = unit(rng, 3)
+    want, _ = brute(q, {i: docs[i] for i in range(1, 21)}, 5)
+    assert shared.search(conn, q, 5)[0].tolist() == want and len(calls) == 2
+    for sid, array in before.items():
+        if sid in set(real(conn)[0]):
+            assert id(shared._f32.get(sid)) == id(array), f"segment {sid} was dropped and re-cast"
+
+
+def test_segment_ids_are_never_reused(store):
+    """Compaction deleting the newest segment must not hand its id to the next one: readers
+    cache by id (and a long-lived one would serve the old contents under the new id)."""
+    s, conn = store
+    rng = np.random.default_rng(6)
+    add(s, conn, [1, 2], [unit(rng, 3), unit(rng, 3)])
+    add(s, conn, [3], [unit(rng, 3)])
+    newest = max(s._snapshot(conn)[0])
+    remove(s, conn, [3])
+    s.maintain(conn)  # the newest segment is all dead: deleted, files and all
+    assert newest not in s._snapshot(conn)[0]
+    add(s, conn, [4], [unit(rng, 3)])
+    assert max(s._snapshot(conn)[0]) > newest
+    reopened = SegmentStore(s.dir, DIM)  # the counter is in the index, not in this object
+    conn.execute("BEGIN IMMEDIATE")
+    assert reopened._new_segment_id(conn) > max(s._snapshot(conn)[0])
+    conn.execute("ROLLBACK")
+
+
+def test_a_search_maps_its_whole_snapshot_before_scanning(tmp_path):
+    """A compaction that deletes a segment while a search is scoring an earlier one does not
+    touch that search: it mapped every segment of its snapshot first."""
+    rng = np.random.default_rng(7)
+    conn = connect(tmp_path)
+    shared = SegmentStore(tmp_path, DIM)
+    docs = {i: unit(rng, 4) for i in range(1, 31)}
+    for part in ([*range(1, 11)], [*range(11, 21)], [*range(21, 31)]):
+        add(shared, conn, part, [docs[i] for i in part])
+    q = unit(rng, 3)
+    want = shared.search(conn, q, 5)[0].tolist()
+    shared._cache.clear()  # nothing mapped yet, as in a fresh reader
+    real_scores, compacted = shared._segment_scores, []
+
+    def scores_then_compact(seg, query, keep):
+        if not compacted:  # while the first segment is scored, the others go away
+            compacted.append(1)
+            other = SegmentStore(tmp_path, DIM)
+            conn2 = connect(tmp_path)
+            other._rewrite(conn2, [sid for sid in other._snapshot(conn2)[0] if sid != seg.id])
+            other._collect_garbage(conn2)  # their files are deleted
+        return real_scores(seg, query, keep)
+
+    real_snapshot, snapshots = shared._snapshot, []
+
+    def snapshot(c):
+        snapshots.append(1)
+        return real_snapshot(c)
+
+    shared._segment_scores, shared._snapshot = scores_then_compact, snapshot
+    assert shared.search(conn, q, 5)[0].tolist() == want
+    assert compacted and len(snapshots) == 1  # no retry: nothing it needed had gone
+
+
 def test_rejects_empty_chunk_and_wrong_dim(store):
     s, conn = store
     conn.execute("BEGIN IMMEDIATE")

@@ -21,6 +21,7 @@ import click  # noqa: E402
 from supergrep import __version__  # noqa: E402
 from supergrep.cli.cmd_bench import bench_group  # noqa: E402
 from supergrep.cli.cmd_convert import convert_cmd  # noqa: E402
+from supergrep.cli.cmd_daemon import daemon_group  # noqa: E402
 from supergrep.cli.cmd_eval import eval_cmd  # noqa: E402
 from supergrep.cli.cmd_eval_pairs import eval_pairs_cmd  # noqa: E402
 from supergrep.cli.cmd_index import index_cmd  # noqa: E402
@@ -28,6 +29,8 @@ from supergrep.cli.cmd_merge import merge_cmd  # noqa: E402
 from supergrep.cli.cmd_mine import mine_cmd  # noqa: E402
 from supergrep.cli.cmd_profile import profile_cmd  # noqa: E402
 from supergrep.cli.cmd_search import search_cmd  # noqa: E402
+from supergrep.cli.cmd_serve_mcp import serve_mcp_cmd  # noqa: E402
+from supergrep.cli.cmd_shell import completions_cmd, init_cmd  # noqa: E402
 from supergrep.cli.cmd_status import chunks_cmd, clean_cmd, files_cmd, status_cmd  # noqa: E402
 from supergrep.cli.cmd_train import train_cmd  # noqa: E402
 from supergrep.errors import SupergrepError  # noqa: E402
@@ -68,11 +71,16 @@ def cli() -> None:
       supergrep convert CHECKPOINT --to torch|mlx|merged -o DIR   move a checkpoint between backends
       supergrep profile --config run.yaml                where a training step's time goes
       supergrep bench train|encode                       speed, MFU and memory over a grid
+      supergrep daemon start | stop | status | add PATH  keep models warm, indexes current
+      supergrep serve-mcp                                MCP server for coding agents (stdio)
+      supergrep completions SHELL | init SHELL           tab completion, shell integration
     """
 
 
 for _cmd in (search_cmd, index_cmd, status_cmd, files_cmd, chunks_cmd, clean_cmd, eval_cmd, eval_pairs_cmd,
              mine_cmd, train_cmd, merge_cmd, convert_cmd, profile_cmd, bench_group):
+    cli.add_command(_cmd)
+for _cmd in (daemon_group, serve_mcp_cmd, completions_cmd, init_cmd):  # issue 9: daemon, agents, shells
     cli.add_command(_cmd)
 
 

@@ -2,44 +2,51 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
 
 from supergrep.cli.common import Options, common_options
-from supergrep.cli.output import echo_json, hit_json, print_hits
+from supergrep.cli.output import echo_json, hit_json, print_hits, use_color
 from supergrep.corpus.languages import language_names
-from supergrep.errors import IndexMissingError, UsageError
+from supergrep.errors import IndexMissingError, SupergrepError
 from supergrep.index.search import MODES, Searcher, SearchFilters
 
 
 def locate(path: str | None) -> tuple[Path, str | None]:
-    """(project root, sub-path filter) for a search from PATH (default: cwd).
+    """(project root, sub-path filter) for a search from PATH (default: cwd); see
+    ``index.project.search_root``."""
+    from supergrep.index.project import search_root
 
-    PATH inside an indexed project searches that project restricted to PATH; otherwise PATH
-    (or the enclosing git work tree, for the cwd) is the project.
-    """
-    from supergrep.index.project import find_project_root
+    return search_root(path)
 
-    start = Path(path).expanduser() if path else Path.cwd()
-    if not start.exists():
-        raise UsageError(f"{start} does not exist; pass a directory inside the project to search")
-    start = start.resolve()
-    directory = start if start.is_dir() else start.parent
-    root = find_project_root(directory) if not path else None
-    if root is None:
-        from supergrep.index.format import MANIFEST, default_index_dir
 
-        root = directory
-        for d in [directory, *directory.parents]:
-            if (default_index_dir(d) / MANIFEST).is_file():
-                root = d
-                break
-    sub = os.path.relpath(start, root) if start != root else None
-    if sub is not None and (sub == "." or sub.startswith("..")):
-        sub = None
-    return root, sub
+def search_via_daemon(request: dict, opts: Options) -> int | None:
+    """Answer a search through the daemon (same output as the direct path, rendered by the same
+    code); None when no daemon runs or it hands the search back."""
+    from supergrep.daemon import client
+
+    if client.disabled():
+        return None
+    cwd = Path.cwd()
+    model = Path(opts.model_path).expanduser() if opts.model_path else None
+    if (model is not None and not (cwd / model).is_dir()) or (opts.config_file and not (cwd / opts.config_file).is_file()):
+        return None  # the direct path words these errors
+    request.update(cwd=str(cwd), index_dir=str(cwd / opts.index_dir) if opts.index_dir else None,
+                   model_path=str(cwd / model) if model else None,
+                   config=str(cwd / opts.config_file) if opts.config_file else None)
+    try:
+        answer = client.call(request, timeout=None, on_notice=lambda line: click.echo(line, err=True))
+    except client.DaemonUnavailable:
+        return None
+    except client.DaemonError as exc:
+        if exc.fallback:
+            return None
+        raise SupergrepError(exc.message) from None
+    if not isinstance(answer.get("stdout"), str) or answer.get("exit_code") not in (0, 1):
+        return None
+    click.echo(answer["stdout"], nl=False)
+    return int(answer["exit_code"])
 
 
 @click.command("search")
@@ -56,16 +63,27 @@ def locate(path: str | None) -> tuple[Path, str | None]:
 @click.option("--mode", type=click.Choice(MODES), help="semantic, lexical or hybrid (default).")
 @click.option("--auto", is_flag=True, help="Weigh lexical matching up for code-like queries.")
 @click.option("--no-index", is_flag=True, help="Fail instead of indexing an unindexed project.")
+@click.option("--direct", is_flag=True, help="Search in this process even when the daemon runs.")
 @common_options
 def search_cmd(query: str, path: str | None, limit: int | None, types: tuple[str, ...],
                excludes: tuple[str, ...], subdir: str | None, context: int, as_json: bool,
-               mode: str | None, auto: bool, no_index: bool, opts: Options) -> None:
+               mode: str | None, auto: bool, no_index: bool, direct: bool, opts: Options) -> None:
     """Find code by meaning. Exit status: 0 results, 1 none, 2 error.
 
         supergrep search "retry a request with exponential backoff"
 
         supergrep "where do we parse the config file" src/ -n 5 --json
+
+    A running daemon (`supergrep daemon start`) answers searches without loading the model;
+    --direct, -v, --device or SUPERGREP_NO_DAEMON=1 search in this process.
     """
+    if not direct and not opts.device and not click.get_current_context().params.get("verbose"):
+        request = {"op": "search", "query": query, "path": path, "limit": limit, "types": list(types),
+                   "excludes": list(excludes), "subdir": subdir, "mode": mode, "auto": auto, "no_index": no_index,
+                   "render": {"format": "json" if as_json else "text", "context": context, "color": use_color()}}
+        code = search_via_daemon(request, opts)
+        if code is not None:
+            raise SystemExit(code)
     root, sub = locate(path)
     if subdir:
         sub = f"{sub}/{subdir.strip('/')}" if sub else subdir.strip("/")

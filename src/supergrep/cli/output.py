@@ -10,6 +10,7 @@ from typing import IO, Any
 
 import click
 
+from supergrep.index.render import format_hits, hit_json, snippet_lines  # noqa: F401 - re-exported
 from supergrep.index.search import Hit
 
 
@@ -36,44 +37,9 @@ def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, ensure_ascii=False, indent=None))
 
 
-def snippet_lines(hit: Hit, n: int) -> list[tuple[int, str]]:
-    """The first ``n`` non-blank-led lines of a hit, with their line numbers."""
-    lines = hit.text.split("\n")
-    out = []
-    for i, line in enumerate(lines):
-        if len(out) >= n:
-            break
-        out.append((hit.start_line + i, line))
-    return out
-
-
-def hit_json(hit: Hit, context: int) -> dict:
-    """A result object of the documented ``--json`` schema."""
-    return {
-        "path": hit.path,
-        "start_line": hit.start_line,
-        "end_line": hit.end_line,
-        "symbol": hit.symbol,
-        "language": hit.language,
-        "score": round(hit.score, 6),
-        "snippet": "\n".join(line for _, line in snippet_lines(hit, context)),
-    }
-
-
 def print_hits(hits: list[Hit], context: int, show_scores: bool = True) -> None:
-    st = Styler(use_color())
-    width = max((len(str(h.start_line + max(context, 1))) for h in hits), default=1)
-    for i, h in enumerate(hits):
-        if i:
-            click.echo("")
-        head = st(h.path, fg="magenta") + ":" + st(f"{h.start_line}-{h.end_line}", fg="green")
-        if h.symbol:
-            head += " " + st(h.symbol, bold=True)
-        if show_scores:
-            head += " " + st(f"({h.score:.3f})", dim=True)
-        click.echo(head)
-        for n, line in snippet_lines(h, context):
-            click.echo(f"{st(str(n).rjust(width), fg='green')}  {line.rstrip()}")
+    """The human output of a search (``index/render.py`` formats it; the daemon sends the same)."""
+    click.echo(format_hits(hits, context, use_color(), show_scores), nl=False)
 
 
 class BarProgress:

@@ -247,3 +247,104 @@ def walk(root: str | os.PathLike, cfg: WalkConfig | None = None, stats: WalkStat
     if not root_path.is_dir():
         return
     yield from visit(str(root_path), "", base_rules)
+
+
+class WalkRequired(Exception):
+    """A path whose fate only a full walk can decide (a symbolic link on the way to it)."""
+
+
+def source_at(root: str | os.PathLike, rel: str, cfg: WalkConfig | None = None,
+              stats: WalkStats | None = None, languages: set[str] | None = None) -> Source | None:
+    """What ``walk(root, ...)`` would yield for the one file ``rel``, without walking.
+
+    The file watcher's cheap path: the same rules as ``walk`` (hidden names, excluded
+    directories, every ``.gitignore``/``.ignore`` from the root down, git's excludes, the
+    user's globs, language, size), applied along the path only.
+
+    Args:
+        rel: A root-relative path with ``/`` separators.
+
+    Returns:
+        The Source, or None when the walk would not yield the file (missing, ignored, not a
+        known language, too large, not a regular file).
+
+    Raises:
+        WalkRequired: A directory on the way is a symbolic link (the walk visits each real
+            directory once, under the first name it meets, which only a walk can tell).
+    """
+    cfg = cfg or WalkConfig()
+    stats = stats if stats is not None else WalkStats()
+    root_path = Path(root).resolve()
+    parts = [p for p in rel.split("/") if p]
+    if not parts or any(p in (".", "..") for p in parts):
+        return None
+    rules = _Rules([])
+    if cfg.respect_ignore_files:
+        extra: list[str] = []
+        gfile = _global_excludes_file()
+        if gfile is not None:
+            extra += _read_patterns(gfile)
+        extra += _read_patterns(root_path / ".git" / "info" / "exclude")
+        if extra:
+            rules = rules.push("", pathspec.GitIgnoreSpec.from_lines(extra))
+    user = pathspec.GitIgnoreSpec.from_lines(cfg.exclude_globs) if cfg.exclude_globs else None
+    excluded = set(cfg.excluded_dirs)
+
+    def push_dir(rules: _Rules, directory: Path, rel_dir: str) -> _Rules:
+        if not cfg.respect_ignore_files:
+            return rules
+        names = {n for n in (".gitignore", ".ignore") if (directory / n).is_file()}
+        return rules.push(rel_dir, _dir_spec(directory, names))
+
+    if not root_path.is_dir():
+        return None
+    rules = push_dir(rules, root_path, "")
+    directory, rel_dir = root_path, ""
+    for name in parts[:-1]:
+        sub = f"{rel_dir}/{name}" if rel_dir else name
+        if name.startswith(".") and not cfg.include_hidden:
+            return None
+        if name in excluded or name == ".git":
+            return None
+        path = directory / name
+        if path.is_symlink():
+            raise WalkRequired(sub)
+        if not path.is_dir():
+            return None
+        if rules.ignored(sub, True) or (user is not None and user.match_file(sub + "/")):
+            return None
+        directory, rel_dir = path, sub
+        rules = push_dir(rules, directory, rel_dir)
+    name = parts[-1]
+    rel = f"{rel_dir}/{name}" if rel_dir else name
+    if name.startswith(".") and not cfg.include_hidden:
+        return None
+    path = directory / name
+    try:
+        if path.is_symlink():
+            real = os.path.realpath(path)
+            if not (real == str(root_path) or real.startswith(str(root_path) + os.sep)):
+                stats.skip("symlink outside root", rel)
+                return None
+        if path.is_dir() or not path.is_file():
+            return None
+    except OSError:
+        return None
+    if rules.ignored(rel, False) or (user is not None and user.match_file(rel)):
+        return None
+    spec = detect_language(rel)
+    if spec is None or (languages is not None and spec.name not in languages):
+        return None
+    try:
+        fst = path.stat()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        stats.skip("unreadable", rel)
+        return None
+    if not stat.S_ISREG(fst.st_mode):
+        return None
+    if fst.st_size > cfg.max_file_bytes:
+        stats.skip("too large", rel)
+        return None
+    return Source(rel, str(path), spec.name, fst.st_size, fst.st_mtime_ns)

@@ -174,7 +174,11 @@ def connect(index_dir: Path, readonly: bool = False) -> sqlite3.Connection:
             # NORMAL in WAL mode: a kill -9 loses nothing committed; a power cut may roll back
             # the last commits but never corrupts (segment files are fsynced before commit).
             conn.execute("PRAGMA synchronous = NORMAL")
-            migrate(conn)
+            # Only a schema that is behind needs the write lock: taking it unconditionally made
+            # every new connection wait for whatever write was in progress (a long compaction
+            # held a search up for its whole length). migrate() re-checks under the lock.
+            if conn.execute("PRAGMA user_version").fetchone()[0] != len(MIGRATIONS):
+                migrate(conn)
         else:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version > len(MIGRATIONS):

@@ -23,8 +23,8 @@ from supergrep.config import Config
 from supergrep.corpus.chunk import chunk_source, split_chunk
 from supergrep.corpus.documents import document_text
 from supergrep.corpus.types import Chunk, Source
-from supergrep.corpus.walk import FileContent, SkipFile, WalkStats, read_source, walk
-from supergrep.errors import UsageError
+from supergrep.corpus.walk import FileContent, SkipFile, WalkStats, read_source, source_at, walk
+from supergrep.errors import IndexMissingError, UsageError
 from supergrep.index.format import crashpoint
 from supergrep.index.project import Index
 
@@ -195,7 +195,6 @@ def update_index(index: Index, encoder: Encoder, cfg: Config | None = None, forc
         known = index.file_states()
         seen: set[str] = set()
         changed: list[tuple[Source, int | None]] = []
-        touched: list[tuple[int, Source]] = []
         for src in walk(index.root, cfg.walk, stats, set(cfg.walk.languages) or None):
             seen.add(src.path)
             state = known.get(src.path)
@@ -205,60 +204,117 @@ def update_index(index: Index, encoder: Encoder, cfg: Config | None = None, forc
             changed.append((src, state[0] if state else None))
 
         removed = [known[p][0] for p in known if p not in seen]
-        if progress:
-            progress.start(len(changed))
-        pending: list[_Pending] = []
-        n_pending = 0
-        unreadable: list[int] = []
-        for src, old_id in changed:
-            try:
-                content = read_source(src, cfg.walk.max_file_bytes)
-            except SkipFile as skip:
-                stats.skip(skip.reason, src.path)
-                if old_id is not None:
-                    unreadable.append(old_id)
-                if progress:
-                    progress.advance(1)
+        return _apply(index, run, cfg, stats, known, changed, removed, progress, t0)
+
+
+def update_paths(index: Index, encoder: Encoder, cfg: Config | None, paths: list[str]) -> IndexReport:
+    """Bring just ``paths`` up to date, without walking the project (the file watcher's path).
+
+    Each root-relative path is judged by the walk's own rules (``corpus.walk.source_at``): a
+    file that is new or changed is (re-)indexed, one that is gone, ignored or no longer
+    indexable leaves the index, an unchanged one costs a stat. Same batching, vector reuse and
+    crash safety as ``update_index``.
+
+    Args:
+        paths: Root-relative paths with ``/`` separators (files; directories are ignored).
+
+    Raises:
+        IndexMissingError: There is no index yet (run ``update_index``).
+        WalkRequired: A path goes through a symbolic link (run ``update_index``).
+        ModelMismatchError: The index was built with another model.
+    """
+    cfg = cfg or Config()
+    t0 = time.perf_counter()
+    model = model_record(encoder)
+    with index.write_lock():
+        if not index.exists():
+            raise IndexMissingError(f"{index.root} has no index yet; run `supergrep index {index.root}` first")
+        index.check_model(model["fingerprint"], model["name"])
+        run = _Run(index, encoder, cfg, None)
+        stats = WalkStats()
+        wanted = sorted(set(paths))
+        known = index.file_states(wanted)
+        languages = set(cfg.walk.languages) or None
+        changed: list[tuple[Source, int | None]] = []
+        removed: list[int] = []
+        for rel in wanted:
+            src = source_at(index.root, rel, cfg.walk, stats, languages)
+            state = known.get(rel)
+            if src is None:
+                if state is not None:
+                    removed.append(state[0])
                 continue
-            state = known.get(src.path)
-            if state is not None and state[3] == content.sha256:
-                touched.append((state[0], src))  # same bytes, new mtime: nothing to embed
+            if state is not None and state[1] == src.size and state[2] == src.mtime_ns:
                 run.report.files_unchanged += 1
-                if progress:
-                    progress.advance(1)
                 continue
-            chunks = chunk_source(src.path, content.text, src.language, cfg.chunk)
-            pending.append(_Pending(src, content, chunks, old_id))
-            n_pending += len(chunks)
-            if n_pending >= cfg.encode.commit_chunks:
-                run.flush(pending)
-                pending, n_pending = [], 0
-        run.flush(pending)
+            changed.append((src, state[0] if state else None))
+        if not changed and not removed:
+            rep = run.report
+            rep.seconds = time.perf_counter() - t0
+            return rep
+        return _apply(index, run, cfg, stats, known, changed, removed, None, t0)
 
-        conn = index.conn
-        conn.execute("BEGIN IMMEDIATE")
+
+def _apply(index: Index, run: _Run, cfg: Config, stats: WalkStats, known: dict[str, tuple[int, int, int, str]],
+           changed: list[tuple[Source, int | None]], removed: list[int], progress: Progress | None,
+           t0: float) -> IndexReport:
+    """Read, chunk, embed and commit ``changed`` files, drop ``removed`` file ids (the caller
+    holds the write lock); shared by full updates and the watcher's per-path updates."""
+    if progress:
+        progress.start(len(changed))
+    pending: list[_Pending] = []
+    n_pending = 0
+    unreadable: list[int] = []
+    touched: list[tuple[int, Source]] = []
+    for src, old_id in changed:
         try:
-            index.remove_files(removed + unreadable)
-            for fid, src in touched:
-                index.touch_file(fid, src.size, src.mtime_ns)
-            if removed or unreadable or touched:
-                index.set_meta("updated", repr(time.time()))
-            if index.meta("updated") is None:
-                index.set_meta("updated", repr(time.time()))
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        index.store.maintain(conn)
-        if progress:
-            progress.finish()
+            content = read_source(src, cfg.walk.max_file_bytes)
+        except SkipFile as skip:
+            stats.skip(skip.reason, src.path)
+            if old_id is not None:
+                unreadable.append(old_id)
+            if progress:
+                progress.advance(1)
+            continue
+        state = known.get(src.path)
+        if state is not None and state[3] == content.sha256:
+            touched.append((state[0], src))  # same bytes, new mtime: nothing to embed
+            run.report.files_unchanged += 1
+            if progress:
+                progress.advance(1)
+            continue
+        chunks = chunk_source(src.path, content.text, src.language, cfg.chunk)
+        pending.append(_Pending(src, content, chunks, old_id))
+        n_pending += len(chunks)
+        if n_pending >= cfg.encode.commit_chunks:
+            run.flush(pending)
+            pending, n_pending = [], 0
+    run.flush(pending)
 
-        rep = run.report
-        rep.files_removed = len(removed) + len(unreadable)
-        rep.files, rep.chunks = conn.execute(
-            "SELECT (SELECT COUNT(*) FROM files), (SELECT COUNT(*) FROM chunks)"
-        ).fetchone()
-        rep.skipped = dict(stats.skipped)
-        rep.seconds = time.perf_counter() - t0
-        return rep
+    conn = index.conn
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        index.remove_files(removed + unreadable)
+        for fid, src in touched:
+            index.touch_file(fid, src.size, src.mtime_ns)
+        if removed or unreadable or touched:
+            index.set_meta("updated", repr(time.time()))
+        if index.meta("updated") is None:
+            index.set_meta("updated", repr(time.time()))
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    index.store.maintain(conn)
+    if progress:
+        progress.finish()
+
+    rep = run.report
+    rep.files_removed = len(removed) + len(unreadable)
+    rep.files, rep.chunks = conn.execute(
+        "SELECT (SELECT COUNT(*) FROM files), (SELECT COUNT(*) FROM chunks)"
+    ).fetchone()
+    rep.skipped = dict(stats.skipped)
+    rep.seconds = time.perf_counter() - t0
+    return rep

@@ -23,6 +23,7 @@ from supergrep.errors import (
     IndexCorruptError,
     IndexMissingError,
     ModelMismatchError,
+    UsageError,
 )
 from supergrep.index.format import (
     DB_FILE,
@@ -74,6 +75,37 @@ def find_project_root(start: Path) -> Path:
     return start
 
 
+def search_root(path: str | None, cwd: Path | None = None) -> tuple[Path, str | None]:
+    """(project root, sub-path filter) for a search from PATH (default: the working directory).
+
+    PATH inside an indexed project searches that project restricted to PATH; otherwise PATH
+    (or the enclosing git work tree, for the working directory) is the project. ``cwd``
+    resolves a relative PATH (the daemon answers clients that run in other directories).
+
+    Raises:
+        UsageError: PATH does not exist (the message shows PATH as given).
+    """
+    base = Path(cwd) if cwd is not None else Path.cwd()
+    given = Path(path).expanduser() if path else None
+    start = base / given if given is not None else base
+    if not start.exists():
+        raise UsageError(f"{given if given is not None else start} does not exist; "
+                         "pass a directory inside the project to search")
+    start = start.resolve()
+    directory = start if start.is_dir() else start.parent
+    root = find_project_root(directory) if not path else None
+    if root is None:
+        root = directory
+        for d in [directory, *directory.parents]:
+            if (default_index_dir(d) / MANIFEST).is_file():
+                root = d
+                break
+    sub = os.path.relpath(start, root) if start != root else None
+    if sub is not None and (sub == "." or sub.startswith("..")):
+        sub = None
+    return root, sub
+
+
 class Index:
     """One project's index.
 
@@ -121,6 +153,14 @@ class Index:
                 raise IndexCorruptError(f"{self.dir / MANIFEST} has no model dim; run `supergrep index --force`")
             self._store = SegmentStore(self.dir, dim, cache_bytes=self.cache_bytes)
         return self._store
+
+    def handle(self) -> Index:
+        """Another handle on this index, for another thread: its own SQLite connection, this
+        handle's vector store (one float32 cache serves every thread of a long-lived process)."""
+        other = Index(self.root, self.dir, self.cache_bytes)
+        other._manifest = self.manifest
+        other._store = self.store  # type: ignore[assignment]
+        return other
 
     def close(self) -> None:
         if self._conn is not None:
@@ -183,14 +223,19 @@ class Index:
         row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
 
-    def file_states(self) -> dict[str, tuple[int, int, int, str]]:
-        """path -> (file id, size, mtime_ns, sha256)."""
-        return {
-            path: (fid, size, mtime, sha)
+    def file_states(self, paths: list[str] | None = None) -> dict[str, tuple[int, int, int, str]]:
+        """path -> (file id, size, mtime_ns, sha256), for every file or just ``paths``."""
+        sql = "SELECT id, path, size, mtime_ns, sha256 FROM files"
+        if paths is None:
+            return {path: (fid, size, mtime, sha) for fid, path, size, mtime, sha in self.conn.execute(sql)}
+        out: dict[str, tuple[int, int, int, str]] = {}
+        for start in range(0, len(paths), 500):
+            part = paths[start : start + 500]
             for fid, path, size, mtime, sha in self.conn.execute(
-                "SELECT id, path, size, mtime_ns, sha256 FROM files"
-            )
-        }
+                f"{sql} WHERE path IN ({','.join('?' * len(part))})", part
+            ):
+                out[path] = (fid, size, mtime, sha)
+        return out
 
     def chunks(self, ids: list[int]) -> dict[int, ChunkRow]:
         out: dict[int, ChunkRow] = {}

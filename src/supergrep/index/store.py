@@ -74,6 +74,14 @@ class VectorStore(ABC):
     def stats(self, conn: sqlite3.Connection) -> dict:
         """{"vectors": live token vectors, "bytes": bytes on disk}."""
 
+    def warm(self, conn: sqlite3.Connection) -> None:  # noqa: B027 - optional hook, no-op by default
+        """Long-lived processes (the daemon), after an update: load what the next query needs and
+        forget what is gone."""
+
+    def check(self, conn: sqlite3.Connection) -> None:  # noqa: B027 - optional hook, no-op by default
+        """Raise IndexCorruptError when stored vectors are missing or unreadable (a cheap probe,
+        not a full read): tells a damaged index from a search that raced an update."""
+
 
 @dataclass
 class _Segment:
@@ -107,6 +115,7 @@ class SegmentStore(VectorStore):
         # float16 -> float32 cast costs more than the matmul itself on CPU. 0 disables it.
         self.cache_bytes = cache_bytes
         self._f32: dict[int, np.ndarray] = {}
+        self._created: dict[int, float] = {}  # segment id -> its `created` when we cached it
 
     # ----------------------------------------------------------------------------- files
     def _paths(self, seg: int) -> tuple[Path, Path]:
@@ -142,9 +151,17 @@ class SegmentStore(VectorStore):
         return s
 
     def _new_segment_id(self, conn: sqlite3.Connection) -> int:
+        """A segment id never used before in this index (called inside the writer's transaction).
+
+        Not just MAX(id) + 1: once compaction deletes the newest segment its id would come
+        back with other contents, and a long-lived reader (the daemon's threads share one
+        store and its caches) could mix the two up."""
         top = conn.execute("SELECT COALESCE(MAX(id), 0) FROM segments").fetchone()[0]
+        row = conn.execute("SELECT value FROM meta WHERE key = 'next_segment'").fetchone()
         on_disk = [int(m.group(1)) for p in self._listdir() if (m := _SEG_RE.match(p))]
-        return max([top, *on_disk]) + 1
+        seg = max([top, int(row[0]) - 1 if row else 0, *on_disk]) + 1
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('next_segment', ?)", (str(seg + 1),))
+        return seg
 
     def _listdir(self) -> list[str]:
         try:
@@ -220,24 +237,37 @@ class SegmentStore(VectorStore):
         if own_tx:
             conn.execute("BEGIN")
         try:
-            segs = [r[0] for r in conn.execute("SELECT id FROM segments ORDER BY id")]
+            rows = conn.execute("SELECT id, created FROM segments ORDER BY id").fetchall()
             dead = np.fromiter((r[0] for r in conn.execute("SELECT chunk_id FROM tombstones")), np.int64)
         finally:
             if own_tx:
                 conn.execute("COMMIT")
+        for sid, created in rows:
+            # An id can come back with other contents (another process compacted the newest
+            # segment away, or rebuilt the index): forget what a long-lived reader cached.
+            if self._created.get(sid, created) != created:
+                self._cache.pop(sid, None)
+                self._f32.pop(sid, None)
+            self._created[sid] = created
         dead.sort()
-        return segs, dead
+        return [sid for sid, _ in rows], dead
 
     def _with_retry(self, conn: sqlite3.Connection, fn):
         """Run ``fn(segments, dead)``; a compaction may delete a segment between our snapshot and
         opening its file, so re-snapshot and retry (files we already mapped stay readable)."""
         for attempt in range(3):
             segs, dead = self._snapshot(conn)
+            if attempt:
+                # Forget only what is gone: clearing the whole cache here made a daemon (whose
+                # threads share this store while one of them compacts) drop and re-cast
+                # gigabytes of float32 vectors on every compaction that raced a search.
+                live = set(segs)
+                for cache in (self._cache, self._f32):
+                    for sid in [sid for sid in list(cache) if sid not in live]:
+                        cache.pop(sid, None)
             try:
                 return fn(segs, dead)
             except FileNotFoundError:
-                self._cache.clear()
-                self._f32.clear()
                 if attempt == 2:
                     raise IndexCorruptError(
                         "segment files are missing; run `supergrep index --force` to rebuild"
@@ -250,7 +280,8 @@ class SegmentStore(VectorStore):
         if got is not None or self.cache_bytes <= 0:
             return got
         need = seg.vectors.shape[0] * self.dim * 4
-        if sum(a.nbytes for a in self._f32.values()) + need > self.cache_bytes:
+        # list(): other threads (a daemon's searches) may add entries while we sum.
+        if sum(a.nbytes for a in list(self._f32.values())) + need > self.cache_bytes:
             return None
         got = np.asarray(seg.vectors, dtype=np.float32)  # (n_tokens, dim)
         self._f32[seg.id] = got
@@ -284,8 +315,9 @@ class SegmentStore(VectorStore):
 
         def run(segs: list[int], dead: np.ndarray):
             all_ids, all_scores = [], []
-            for sid in segs:
-                seg = self._load(sid)
+            # Map the whole snapshot first: a mapped file stays readable after a compaction
+            # deletes it, so only this instant (not the whole scan) can race one.
+            for seg in [self._load(sid) for sid in segs]:
                 ids = seg.layout[:, 0]
                 keep = ~np.isin(ids, dead, assume_unique=False) if len(dead) else np.ones(len(ids), bool)
                 if allowed is not None:
@@ -402,6 +434,24 @@ class SegmentStore(VectorStore):
                 if m:
                     self._cache.pop(int(m.group(1)), None)
                     self._f32.pop(int(m.group(1)), None)
+
+    def warm(self, conn: sqlite3.Connection) -> None:
+        """Map every live segment, fill the float32 cache (as far as ``cache_bytes`` allows) and
+        drop cached segments that no longer exist."""
+        segs, _ = self._snapshot(conn)
+        live = set(segs)
+        for cache in (self._cache, self._f32, self._created):
+            for sid in [sid for sid in list(cache) if sid not in live]:
+                cache.pop(sid, None)
+        for sid in segs:
+            try:
+                self._float32(self._load(sid))
+            except FileNotFoundError:
+                return  # compacted away meanwhile; the next warm-up catches up
+
+    def check(self, conn: sqlite3.Connection) -> None:
+        """Map every live segment (retrying past a concurrent compaction, like a search)."""
+        self._with_retry(conn, lambda segs, _dead: [self._load(sid) for sid in segs])
 
     def stats(self, conn: sqlite3.Connection) -> dict:
         n, size = conn.execute(

@@ -1,0 +1,198 @@
+"""The ``supergrep`` / ``sgr`` entry point: searches answered by a running daemon in milliseconds.
+
+Importing the click CLI costs ~0.5 s (click, NumPy, every command) and a direct semantic search
+then loads torch and the model (~5 s). This module recognises a plain search invocation with
+the standard library alone, sends it to the daemon (docs/daemon.md) and writes the daemon's
+answer, which the daemon renders with the same code as the direct path (``index/render.py``):
+same bytes, same exit status (0 results, 1 none, 2 error).
+
+Everything else goes to the click CLI unchanged: other commands, ``--direct``, ``-v``,
+``--device``, ``-h``, an option or form this parser does not know, a value click would reject,
+no daemon running (or ``SUPERGREP_NO_DAEMON=1``), and anything the daemon hands back
+(``fallback``). So the CLI stays the one definition of the command line; this is a shortcut
+for its most common sentence. It lives outside ``cli/`` because importing any module of that
+package runs ``cli/__init__`` (click and every command).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Every top-level command: a first argument that names one is not a query. Checked against
+# the click group by tests/daemon/test_launcher.py, so a new command cannot be missed here.
+COMMANDS = frozenset({
+    "search", "index", "status", "files", "chunks", "clean", "eval", "eval-pairs", "mine", "train", "merge",
+    "convert", "profile", "bench", "daemon", "serve-mcp", "completions", "init",
+})
+MODES = ("semantic", "lexical", "hybrid")
+_VALUE_OPTIONS = {
+    "-n": "limit", "--limit": "limit", "-t": "types", "--type": "types", "-T": "excludes",
+    "--exclude": "excludes", "--path": "subdir", "-C": "context", "--context": "context",
+    "--mode": "mode", "--index-dir": "index_dir", "--model-path": "model_path", "--config": "config",
+}
+_FLAGS = {"--json": "json", "--auto": "auto", "--no-index": "no_index"}
+_REPEATABLE = ("types", "excludes")
+
+
+def _int(value: str, low: int, high: int) -> int | None:
+    try:
+        n = int(value)
+    except ValueError:
+        return None
+    return n if low <= n <= high else None
+
+
+def _path_option(value: str | None, cwd: str, want_dir: bool) -> tuple[bool, str | None]:
+    """(ok, absolute path): what click would accept, made absolute for the daemon."""
+    if value is None:
+        return True, None
+    if value == "":
+        return False, None
+    path = os.path.join(cwd, value)
+    if os.path.exists(path) and os.path.isdir(path) != want_dir:
+        return False, None
+    return True, path
+
+
+def parse_search(argv: list[str], cwd: str | None = None) -> dict | None:
+    """The daemon request for a plain search command line, or None to leave it to the CLI."""
+    if not argv:
+        return None
+    args = list(argv)
+    if args[0] == "search":
+        args = args[1:]
+    elif args[0] in COMMANDS or args[0].startswith("-"):
+        return None
+    opts: dict = {"types": [], "excludes": []}
+    positional: list[str] = []
+    i, only_positional = 0, False
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if only_positional or arg == "-" or not arg.startswith("-"):
+            positional.append(arg)
+            continue
+        if arg == "--":
+            only_positional = True
+            continue
+        if arg in _FLAGS:
+            opts[_FLAGS[arg]] = True
+            continue
+        name, value = arg, None
+        if arg.startswith("--"):
+            if "=" in arg:
+                name, value = arg.split("=", 1)
+        elif len(arg) > 2:
+            name, value = arg[:2], arg[2:]  # -n5, -tpython
+        key = _VALUE_OPTIONS.get(name)
+        if key is None:
+            return None  # -v, --device, --direct, -h/--help, or something click must judge
+        if value is None:
+            if i >= len(args):
+                return None
+            value = args[i]
+            i += 1
+        if key in _REPEATABLE:
+            opts[key].append(value)
+        else:
+            opts[key] = value
+    if not 1 <= len(positional) <= 2:
+        return None
+    try:
+        cwd = cwd or os.getcwd()
+    except OSError:  # the working directory was deleted
+        return None
+    limit = context = None
+    if "limit" in opts and (limit := _int(opts["limit"], 1, 10_000)) is None:
+        return None
+    if "context" in opts:
+        if (context := _int(opts["context"], 0, 10_000)) is None:
+            return None
+    if opts.get("mode") is not None and opts["mode"] not in MODES:
+        return None
+    ok_i, index_dir = _path_option(opts.get("index_dir", os.environ.get("SUPERGREP_INDEX_DIR") or None), cwd, True)
+    ok_c, config = _path_option(opts.get("config"), cwd, False)
+    model = opts.get("model_path", os.environ.get("SUPERGREP_MODEL") or None)
+    model_path = os.path.join(cwd, os.path.expanduser(model)) if model else None
+    if not (ok_i and ok_c) or (config and not os.path.isfile(config)) or (model_path and not os.path.isdir(model_path)):
+        return None  # let click / the direct path word the error exactly
+    return {
+        "op": "search", "query": positional[0], "path": positional[1] if len(positional) > 1 else None,
+        "cwd": cwd, "limit": limit, "types": opts["types"], "excludes": opts["excludes"],
+        "subdir": opts.get("subdir"), "mode": opts.get("mode"), "auto": bool(opts.get("auto")),
+        "no_index": bool(opts.get("no_index")), "index_dir": index_dir, "model_path": model_path,
+        "config": config,
+        "render": {"format": "json" if opts.get("json") else "text", "context": 3 if context is None else context,
+                   "color": _color()},
+    }
+
+
+def _color() -> bool:
+    """Colour only on a terminal, never with NO_COLOR (as cli/output.use_color decides)."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _quiet_stdout() -> None:
+    """The reader went away (``| head``): point stdout at /dev/null so the exit flush is quiet."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+def search_via_daemon(request: dict) -> int | None:
+    """Run a search request on the daemon and write its output. Returns the exit status, or
+    None when the CLI should handle the command instead (nothing was written to stdout)."""
+    from supergrep.daemon import client
+
+    def notice(line: str) -> None:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    try:
+        answer = client.call(request, timeout=None, on_notice=notice)
+    except client.DaemonUnavailable:
+        return None
+    except client.DaemonError as exc:
+        if exc.fallback:
+            return None
+        sys.stderr.write(f"supergrep: error: {exc.message}\n")
+        return exc.exit_code
+    out, code = answer.get("stdout"), answer.get("exit_code")
+    if not isinstance(out, str) or code not in (0, 1):
+        return None
+    try:
+        sys.stdout.write(out)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 0
+    return code
+
+
+def _daemon_allowed() -> bool:
+    if os.environ.get("SUPERGREP_NO_DAEMON", "") not in ("", "0"):
+        return False
+    return "_SUPERGREP_COMPLETE" not in os.environ  # shell completion: click answers it
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``supergrep`` and ``sgr`` scripts and of ``python -m supergrep``."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if _daemon_allowed():
+        request = parse_search(args)
+        if request is not None:
+            try:
+                code = search_via_daemon(request)
+            except KeyboardInterrupt:
+                sys.stderr.write("supergrep: interrupted\n")
+                code = 130
+            if code is not None:
+                sys.exit(code)
+    from supergrep.cli import main as cli_main
+
+    cli_main(args)
