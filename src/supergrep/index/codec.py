@@ -75,6 +75,12 @@ class ResidualCodec:
 
     def __post_init__(self) -> None:
         self._table = _decode_table(self.nbits)
+        # (residual_bytes * 256, 8 // nbits): the decoded residual values each byte stands for.
+        per = 8 // self.nbits
+        w = self.weights.reshape(self.dim // per, per, 1 << self.nbits)  # (bytes, per, levels)
+        t = self._table.astype(np.int64)  # (256, per)
+        self._byte_values = np.ascontiguousarray(
+            w[:, np.arange(per)[None, :], t[None, :, :]].reshape(-1, per), dtype=np.float32)
 
     @property
     def dim(self) -> int:
@@ -173,8 +179,8 @@ class ResidualCodec:
     def decode(self, codes: np.ndarray, packed: np.ndarray) -> np.ndarray:
         """(n, dim) float32 reconstructed vectors."""
         out = self.centroids[codes.astype(np.int64, copy=False)]  # (n, dim) copy
-        flat = self.buckets(packed).astype(np.int64) + np.arange(self.dim) * (1 << self.nbits)
-        out += self.weights.ravel()[flat]
+        idx = packed.astype(np.int32) + np.arange(packed.shape[1], dtype=np.int32) * 256  # (n, bytes)
+        out += self._byte_values[idx].reshape(len(packed), self.dim)
         return out
 
     def error(self, vectors: np.ndarray) -> float:

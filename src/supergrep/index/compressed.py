@@ -107,6 +107,24 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) + shift
 
 
+def _top_stable(scores: np.ndarray, ids: np.ndarray, n: int) -> np.ndarray:
+    """Indices of the ``n`` best scores, ties at the cut broken by chunk id (approximate scores
+    tie often; this keeps the candidates independent of how documents fall into segments).
+
+    >>> _top_stable(np.array([1.0, 2.0, 1.0, 1.0]), np.array([9, 5, 3, 7]), 2).tolist()
+    [1, 2]
+    """
+    if n >= len(scores):
+        return np.arange(len(scores))
+    if n <= 0:
+        return np.zeros(0, np.int64)
+    thr = scores[np.argpartition(-scores, n - 1)[:n]].min()
+    above = np.flatnonzero(scores > thr)
+    ties = np.flatnonzero(scores == thr)
+    ties = ties[np.argsort(ids[ties], kind="stable")][: n - len(above)]
+    return np.concatenate([above, ties])
+
+
 class CompressedStore(SegmentStore):
     """Centroid + residual token vectors with candidate generation and exact re-rank.
 
@@ -369,11 +387,11 @@ class CompressedStore(SegmentStore):
             best = top_k(scores, k)
             return view.doc_ids[docs[best]], scores[best]
         docs, approx, s = self._candidates(view, codec, query, keep)
-        if p.candidates > 0 and len(docs) > rerank:
-            docs = docs[top_k(approx, max(p.candidates, rerank))]
+        if p.candidates > 0 and len(docs) > max(p.candidates, rerank):
+            docs = docs[_top_stable(approx, view.doc_ids[docs], max(p.candidates, rerank))]
             approx = self._centroid_interaction(view, np.ascontiguousarray(s.T), docs)
-        pick = top_k(approx, rerank)
-        docs = docs[pick]
+        docs = docs[_top_stable(approx, view.doc_ids[docs], rerank)]
+        docs = docs[np.argsort(view.doc_ids[docs], kind="stable")]  # exact ties: lower chunk id first
         scores = self._exact_scores(view, codec, query, docs)
         best = top_k(scores, k)
         return view.doc_ids[docs[best]], scores[best]

@@ -31,16 +31,18 @@ _ALIGN = 64
 def write_container(path: Path, kind: str, version: int, arrays: dict[str, np.ndarray],
                     meta: dict | None = None) -> int:
     """Write durably (temp file, fsync, rename); returns the file size. The caller fsyncs the dir."""
-    entries: dict[str, dict] = {}
-    header = b""
-    for _ in range(2):  # the header's own length shifts the offsets: settle it in two passes
-        offset = 16 + len(header)
-        for name, a in arrays.items():
+    def header_for(start: int) -> tuple[bytes, dict]:
+        entries, offset = {}, start
+        for name, arr in arrays.items():
             offset = -(-offset // _ALIGN) * _ALIGN
-            entries[name] = {"dtype": np.asarray(a).dtype.str, "shape": list(np.shape(a)), "offset": offset}
-            offset += np.asarray(a).nbytes
-        header = json.dumps({"kind": kind, "version": version, "meta": meta or {}, "arrays": entries}).encode()
-        header += b" " * (-(16 + len(header)) % _ALIGN)
+            entries[name] = {"dtype": np.asarray(arr).dtype.str, "shape": list(np.shape(arr)), "offset": offset}
+            offset += np.asarray(arr).nbytes
+        return json.dumps({"kind": kind, "version": version, "meta": meta or {}, "arrays": entries}).encode(), entries
+
+    # Reserve room for the header first (offsets only grow it by a few digits), then fill it in.
+    reserved = -(-(16 + len(header_for(1 << 40)[0]) + 64) // _ALIGN) * _ALIGN
+    header, entries = header_for(reserved)
+    header += b" " * (reserved - 16 - len(header))
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as fh:
         fh.write(MAGIC + struct.pack("<Q", len(header)) + header)
