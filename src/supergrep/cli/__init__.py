@@ -19,6 +19,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import click  # noqa: E402
 
 from supergrep import __version__  # noqa: E402
+from supergrep.cli.cmd_bench_search import bench_search_cmd  # noqa: E402
 from supergrep.cli.cmd_eval import eval_cmd  # noqa: E402
 from supergrep.cli.cmd_eval_pairs import eval_pairs_cmd  # noqa: E402
 from supergrep.cli.cmd_index import index_cmd  # noqa: E402
@@ -62,11 +63,12 @@ def cli() -> None:
       supergrep eval-pairs --pairs val.jsonl              docstring -> code retrieval
       supergrep train --train-file pairs.jsonl           fine-tune (LoRA), see docs/training.md
       supergrep merge CHECKPOINT -o DIR                  fold the adapter into a plain model
+      supergrep bench-search --sizes 100000,1000000      search latency/recall by index size
     """
 
 
 for _cmd in (search_cmd, index_cmd, status_cmd, files_cmd, chunks_cmd, clean_cmd, eval_cmd, eval_pairs_cmd,
-             mine_cmd, train_cmd, merge_cmd):
+             mine_cmd, train_cmd, merge_cmd, bench_search_cmd):
     cli.add_command(_cmd)
 
 

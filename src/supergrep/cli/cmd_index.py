@@ -16,11 +16,13 @@ def describe_report(root, rep) -> str:
     )
 
 
-def run_index(opts: Options, root, force: bool = False, quiet: bool = False):
+def run_index(opts: Options, root, force: bool = False, quiet: bool = False, store: str | None = None):
     """Index ``root`` (shared with `search`, which indexes an unindexed project first)."""
     from supergrep.index.indexer import update_index
 
     cfg = opts.config(root)
+    if store:
+        cfg.index.store = store
     index = opts.index(root)
     encoder = opts.encoder(cfg)
     report = update_index(index, encoder, cfg, force=force, progress=BarProgress())
@@ -34,8 +36,10 @@ def run_index(opts: Options, root, force: bool = False, quiet: bool = False):
 @click.argument("path", required=False, type=click.Path(file_okay=False))
 @click.option("--force", is_flag=True, help="Rebuild the index from scratch (e.g. after changing model).")
 @click.option("--json", "as_json", is_flag=True, help="Print the run's report as JSON.")
+@click.option("--store", type=click.Choice(["auto", "exact", "compressed"]),
+              help="Vector store: exact float16, compressed codes, or auto (compressed past [index] compress_above vectors).")
 @common_options
-def index_cmd(path: str | None, force: bool, as_json: bool, opts: Options) -> None:
+def index_cmd(path: str | None, force: bool, as_json: bool, store: str | None, opts: Options) -> None:
     """Index PATH (default: the current directory), incrementally.
 
     Only files whose content changed are re-embedded; deleted files leave the index. Example:
@@ -43,7 +47,7 @@ def index_cmd(path: str | None, force: bool, as_json: bool, opts: Options) -> No
         supergrep index ~/src/myproject
     """
     root = resolve_root(path, search_up=False)
-    _, _, rep = run_index(opts, root, force=force, quiet=as_json)
+    _, _, rep = run_index(opts, root, force=force, quiet=as_json, store=store)
     if as_json:
         echo_json({
             "root": str(root), "files": rep.files, "chunks": rep.chunks,

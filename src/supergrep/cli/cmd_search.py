@@ -56,10 +56,11 @@ def locate(path: str | None) -> tuple[Path, str | None]:
 @click.option("--mode", type=click.Choice(MODES), help="semantic, lexical or hybrid (default).")
 @click.option("--auto", is_flag=True, help="Weigh lexical matching up for code-like queries.")
 @click.option("--no-index", is_flag=True, help="Fail instead of indexing an unindexed project.")
+@click.option("--exact", is_flag=True, help="Exact MaxSim over every chunk (no candidate generation on a compressed index).")
 @common_options
 def search_cmd(query: str, path: str | None, limit: int | None, types: tuple[str, ...],
                excludes: tuple[str, ...], subdir: str | None, context: int, as_json: bool,
-               mode: str | None, auto: bool, no_index: bool, opts: Options) -> None:
+               mode: str | None, auto: bool, no_index: bool, exact: bool, opts: Options) -> None:
     """Find code by meaning. Exit status: 0 results, 1 none, 2 error.
 
         supergrep search "retry a request with exponential backoff"
@@ -70,6 +71,8 @@ def search_cmd(query: str, path: str | None, limit: int | None, types: tuple[str
     if subdir:
         sub = f"{sub}/{subdir.strip('/')}" if sub else subdir.strip("/")
     cfg = opts.config(root)
+    if exact:
+        cfg.search.exact = True
     index = opts.index(root)
     encoder = None
     if not index.exists():

@@ -537,6 +537,8 @@ def convert(conn: sqlite3.Connection, index_dir: Path, dim: int, settings: Compr
         {"chunks", "vectors_in", "vectors_stored", "centroids", "seconds"}.
     """
     t0 = time.perf_counter()
+    if store_kind(conn) == "compressed":
+        raise ValueError("the index is already compressed")
     exact = SegmentStore(index_dir, dim)
     store = CompressedStore(index_dir, dim, settings)
     segs, dead = exact._snapshot(conn)
