@@ -106,8 +106,8 @@ def main() -> None:
     ap.add_argument("--search", default="[[8, 0, 64], [4, 0, 64], [8, 1024, 64], [16, 0, 128]]")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
-    from supergrep.index.store import SegmentStore
     from supergrep.index.format import Manifest, connect
+    from supergrep.index.store import SegmentStore
 
     queries = encode_queries(a.index_dir, a.index_dir / "bench-queries.npz")
     dim = int(Manifest.read(a.index_dir).model["dim"])

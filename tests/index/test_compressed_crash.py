@@ -7,14 +7,12 @@ each kill costs well under a second."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 
-import numpy as np
 import pytest
 
 from supergrep.index.compressed import CompressedStore, store_kind
