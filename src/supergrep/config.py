@@ -67,7 +67,7 @@ class EncodeConfig:
 @dataclass
 class IndexConfig:
     store: str = _f("auto", "Vector store: exact (float16), compressed (centroid + residual codes, candidate generation; docs/architecture.md), or auto (exact until compress_above vectors, then compressed).")
-    compress_above: int = _f(1_000_000, "With store = auto: convert the index to the compressed store once it holds this many token vectors.")
+    compress_above: int = _f(500_000, "With store = auto: convert the index to the compressed store once it holds this many token vectors.")
     nbits: int = _f(2, "Compressed store: residual bits per dimension (1, 2 or 4).")
     pool_factor: float = _f(1.0, "Compressed store: merge similar document tokens to about n / pool_factor vectors (1 = off).")
     centroids: int = _f(0, "Compressed store: number of k-means centroids; 0 picks from the index size.")
@@ -86,7 +86,7 @@ class SearchConfig:
     cache_bytes: int = _f(0, "Keep up to this many bytes of float32 vectors in memory between queries (long-lived processes: eval, daemon).")
     exact: bool = _f(False, "Score every chunk (no candidate generation), also on a compressed index.")
     nprobe: int = _f(8, "Compressed store: centroids probed per query token to generate candidates.")
-    ncandidates: int = _f(1024, "Compressed store: candidates scored by centroid interaction (0 skips that stage).")
+    ncandidates: int = _f(0, "Compressed store: candidates scored by centroid interaction (0 skips that stage).")
     rerank: int = _f(64, "Compressed store: candidates re-ranked with exact MaxSim over the decoded vectors (at least the result count).")
 
 

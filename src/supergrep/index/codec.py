@@ -101,7 +101,7 @@ class ResidualCodec:
     # ------------------------------------------------------------------------- training
     @classmethod
     def train(cls, sample: np.ndarray, nbits: int = 1, n_centroids: int | None = None,
-              niter: int = 12, seed: int = 0, n_vectors: int | None = None) -> ResidualCodec:
+              niter: int = 8, seed: int = 0, n_vectors: int | None = None) -> ResidualCodec:
         """Fit centroids (faiss k-means) and residual buckets on a sample of unit vectors.
 
         Args:
@@ -121,8 +121,10 @@ class ResidualCodec:
             raise ValueError(f"dim {dim} * nbits {nbits} must be a multiple of 8")
         k = n_centroids or default_n_centroids(n_vectors or n)
         k = max(1, min(k, n))
+        # 32 points per centroid, 8 iterations: the codec is refined by the residuals anyway, and
+        # training must stay a small fraction of the time it took to encode the vectors.
         km = faiss.Kmeans(dim, k, niter=niter, seed=seed, spherical=True, verbose=False,
-                          max_points_per_centroid=64)
+                          max_points_per_centroid=32)
         km.train(sample)
         centroids = np.ascontiguousarray(km.centroids, dtype=np.float32)
         centroids /= np.maximum(np.linalg.norm(centroids, axis=1, keepdims=True), 1e-12)

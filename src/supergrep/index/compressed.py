@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from supergrep.config import IndexConfig, SearchConfig
 from supergrep.errors import IndexCorruptError
 from supergrep.index.codec import ResidualCodec, pool_tokens
 from supergrep.index.container import read_container, write_container
@@ -57,15 +58,16 @@ CODEC_META_KEY = "codec"  # meta row: the committed codec generation
 
 @dataclass
 class CompressSettings:
-    """How vectors are compressed (index-time) and searched (query-time)."""
+    """How vectors are compressed (index time) and searched (query time). The defaults are the
+    config's (``[index]`` and ``[search]`` in ``config.py``, the only source of defaults)."""
 
-    nbits: int = 1
-    pool_factor: float = 2.0
-    n_centroids: int = 0  # 0: default_n_centroids(number of vectors)
-    drift_ratio: float = 1.5
-    nprobe: int = 8
-    candidates: int = 1024
-    rerank: int = 64
+    nbits: int = IndexConfig.nbits
+    pool_factor: float = IndexConfig.pool_factor
+    n_centroids: int = IndexConfig.centroids
+    drift_ratio: float = IndexConfig.drift_ratio
+    nprobe: int = SearchConfig.nprobe
+    candidates: int = SearchConfig.ncandidates
+    rerank: int = SearchConfig.rerank
 
 
 @dataclass

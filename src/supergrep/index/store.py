@@ -2,8 +2,8 @@
 
 ``VectorStore`` is what the indexer and the searcher talk to. Writes happen inside the caller's
 SQLite write transaction: ``add`` makes its files durable first and then records them in that
-transaction, so vectors become visible exactly when the chunk rows that own them do. A
-compressed, candidate-generating store (PLAID/WARP-style) implements the same methods.
+transaction, so vectors become visible exactly when the chunk rows that own them do. The
+compressed, candidate-generating store (``compressed.py``) implements the same methods.
 
 ``SegmentStore`` keeps float16 vectors in immutable, memory-mapped segment files (LSM-style):
 updates add segments and tombstone removed chunks; ``maintain`` merges small segments and
