@@ -68,7 +68,7 @@ class EncodeConfig:
 class IndexConfig:
     store: str = _f("auto", "Vector store: exact (float16), compressed (centroid + residual codes, candidate generation; docs/architecture.md), or auto (exact until compress_above vectors, then compressed).")
     compress_above: int = _f(500_000, "With store = auto: convert the index to the compressed store once it holds this many token vectors.")
-    nbits: int = _f(2, "Compressed store: residual bits per dimension (1, 2 or 4).")
+    nbits: int = _f(4, "Compressed store: residual bits per dimension (1, 2 or 4).")
     pool_factor: float = _f(1.0, "Compressed store: merge similar document tokens to about n / pool_factor vectors (1 = off).")
     centroids: int = _f(0, "Compressed store: number of k-means centroids; 0 picks from the index size.")
     drift_ratio: float = _f(1.5, "Compressed store: fit new centroids for a batch whose reconstruction error exceeds this multiple of the training error.")

@@ -234,3 +234,48 @@ def test_convert_exact_index(tmp_path, data):
     cos = np.mean([(a * b).sum(1).mean() for a, b in zip(got, [docs[i] for i in ids[10:]], strict=True)])
     assert cos > 0.97  # 4 bits (measured .982)
     assert s.stats(conn)["vectors"] == sum(len(docs[i]) for i in ids[10:])
+
+
+# --------------------------------------------------------------------------- end to end
+def test_index_chooses_the_store_by_size_and_stays_incremental(sample_project, tiny_encoder):
+    from supergrep.config import Config
+    from supergrep.errors import UsageError
+    from supergrep.index.indexer import update_index
+    from supergrep.index.project import Index
+    from supergrep.index.search import Searcher
+
+    cfg = Config()
+    cfg.index.compress_above = 10**9  # auto, below the threshold: exact
+    index = Index(sample_project)
+    update_index(index, tiny_encoder, cfg)
+    assert index.store_kind == "exact"
+    exact_hits = Searcher(index, tiny_encoder).search("expire old sessions", mode="semantic")
+
+    cfg.index.compress_above = 1  # past it: converted at the end of the run
+    cfg.index.centroids = 16
+    update_index(index, tiny_encoder, cfg)
+    assert index.store_kind == "compressed" and isinstance(index.store, CompressedStore)
+    assert index.stats()["store"] == "compressed"
+    n_tokens = index.conn.execute("SELECT SUM(n_tokens) FROM chunks").fetchone()[0]
+    assert index.store.stats(index.conn)["vectors"] == n_tokens
+    # 4-bit codes: the same top result; --exact (every chunk) agrees with the pipeline here
+    hits = Searcher(index, tiny_encoder).search("expire old sessions", mode="semantic")
+    assert hits[0].chunk_id == exact_hits[0].chunk_id
+    cfg.search.exact = True
+    assert [h.chunk_id for h in Searcher(index, tiny_encoder, cfg.search).search("expire old sessions")] == \
+           [h.chunk_id for h in Searcher(index, tiny_encoder).search("expire old sessions")]
+
+    # An edit: incremental, into the compressed store (no rebuild, no re-conversion).
+    f = sample_project / "app" / "models.py"
+    f.write_text(f.read_text() + "\n\ndef purge_cache(cache):\n    \"\"\"Empty the cache.\"\"\"\n    cache.clear()\n")
+    rep = update_index(index, tiny_encoder, cfg)
+    assert rep.files_indexed == 1 and index.store_kind == "compressed"
+    assert index.store.stats(index.conn)["vectors"] == index.conn.execute("SELECT SUM(n_tokens) FROM chunks").fetchone()[0]
+    top = Searcher(index, tiny_encoder).search("purge_cache Empty the cache", mode="hybrid")[0]
+    assert top.symbol == "purge_cache"
+
+    cfg.index.store = "exact"
+    with pytest.raises(UsageError, match="--force"):
+        update_index(index, tiny_encoder, cfg)
+    update_index(index, tiny_encoder, cfg, force=True)
+    assert index.store_kind == "exact"
