@@ -79,8 +79,11 @@ class ResidualCodec:
         per = 8 // self.nbits
         w = self.weights.reshape(self.dim // per, per, 1 << self.nbits)  # (bytes, per, levels)
         t = self._table.astype(np.int64)  # (256, per)
-        self._byte_values = np.ascontiguousarray(
-            w[:, np.arange(per)[None, :], t[None, :, :]].reshape(-1, per), dtype=np.float32)
+        values = np.ascontiguousarray(w[:, np.arange(per)[None, :], t[None, :, :]].reshape(-1, per), dtype=np.float32)
+        # One item per (byte position, byte value), as one wide scalar: a 1-D take of 8/16-byte
+        # items is 4x faster than fancy-indexing rows of a 2-D table (measured, 4-bit decode).
+        wide = {2: np.dtype(np.int64), 4: np.dtype(np.complex128)}.get(per, np.dtype((np.void, per * 4)))
+        self._byte_values = values.view(wide).ravel()
 
     @property
     def dim(self) -> int:
@@ -180,9 +183,9 @@ class ResidualCodec:
 
     def decode(self, codes: np.ndarray, packed: np.ndarray) -> np.ndarray:
         """(n, dim) float32 reconstructed vectors."""
-        out = self.centroids[codes.astype(np.int64, copy=False)]  # (n, dim) copy
+        out = self.centroids.take(codes.astype(np.int64, copy=False), axis=0)  # (n, dim) copy
         idx = packed.astype(np.int32) + np.arange(packed.shape[1], dtype=np.int32) * 256  # (n, bytes)
-        out += self._byte_values[idx].reshape(len(packed), self.dim)
+        out += self._byte_values.take(idx).view(np.float32).reshape(len(packed), self.dim)
         return out
 
     def error(self, vectors: np.ndarray) -> float:
