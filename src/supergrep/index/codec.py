@@ -188,6 +188,11 @@ class ResidualCodec:
         out += self._byte_values.take(idx).view(np.float32).reshape(len(packed), self.dim)
         return out
 
+    def decode_residuals(self, packed: np.ndarray) -> np.ndarray:
+        """(n, dim) float32 decoded residuals (``decode`` without the centroids)."""
+        idx = packed.astype(np.int32) + np.arange(packed.shape[1], dtype=np.int32) * 256
+        return self._byte_values.take(idx).view(np.float32).reshape(len(packed), self.dim)
+
     def error(self, vectors: np.ndarray) -> float:
         """Mean squared reconstruction error of ``vectors`` (per vector, summed over dims)."""
         codes, packed = self.encode(vectors)

@@ -45,7 +45,7 @@ from supergrep.index.codec import ResidualCodec, pool_tokens
 from supergrep.index.container import read_container, write_container
 from supergrep.index.format import crashpoint, fsync_dir
 from supergrep.index.store import _CODEC_RE, _CSEG_RE, _SEG_RE, SegmentStore, _Segment
-from supergrep.scoring.maxsim import maxsim_packed, top_k
+from supergrep.scoring.maxsim import top_k
 
 log = logging.getLogger(__name__)
 
@@ -354,14 +354,22 @@ class CompressedStore(SegmentStore):
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
         return codec.decode(codes, resid), starts
 
-    def _exact_scores(self, view: _View, codec: ResidualCodec, query: np.ndarray, docs: np.ndarray) -> np.ndarray:
+    def _exact_scores(self, view: _View, codec: ResidualCodec, query: np.ndarray, docs: np.ndarray,
+                      st: np.ndarray | None = None) -> np.ndarray:
+        """Exact MaxSim over the decoded vectors: ``q . x = S[q, code] + q . residual``, so only
+        the residuals are decoded (``st`` = (K, q) query-centroid scores, computed if absent)."""
         if len(docs) == 0:
             return np.zeros(0, np.float32)
+        if st is None:
+            st = np.ascontiguousarray((query @ codec.centroids.T).T)
         out = np.empty(len(docs), np.float32)
         step = max(1, self.block_tokens // 64)
         for s in range(0, len(docs), step):
-            vecs, starts = self._decode_docs(view, codec, docs[s : s + step])
-            out[s : s + step] = maxsim_packed(query, vecs, starts)
+            codes, resid, lengths = self._gather(view, docs[s : s + step])
+            starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+            sims = query @ codec.decode_residuals(resid).T  # (q, n_tok)
+            sims += st[codes.astype(np.int64)].T
+            out[s : s + step] = np.maximum.reduceat(sims, starts, axis=1).sum(axis=0)
         return out
 
     def _centroid_interaction(self, view: _View, st: np.ndarray, docs: np.ndarray) -> np.ndarray:
@@ -394,7 +402,7 @@ class CompressedStore(SegmentStore):
             approx = self._centroid_interaction(view, np.ascontiguousarray(s.T), docs)
         docs = docs[_top_stable(approx, view.doc_ids[docs], rerank)]
         docs = docs[np.argsort(view.doc_ids[docs], kind="stable")]  # exact ties: lower chunk id first
-        scores = self._exact_scores(view, codec, query, docs)
+        scores = self._exact_scores(view, codec, query, docs, np.ascontiguousarray(s.T))
         best = top_k(scores, k)
         return view.doc_ids[docs[best]], scores[best]
 
