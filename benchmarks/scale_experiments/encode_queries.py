@@ -1,3 +1,4 @@
+# ruff: noqa  (one-off experiment scripts, kept as they were run)
 import json
 import sys
 
