@@ -38,7 +38,7 @@ def default_n_centroids(n_vectors: int) -> int:
     centroid to train on). 1M vectors -> 4096 centroids, 50M -> 32768.
 
     >>> default_n_centroids(1_000_000), default_n_centroids(50_000_000), default_n_centroids(10_000)
-    (4096, 32768, 256)
+    (4096, 32768, 312)
     """
     k = 2 ** round(math.log2(max(4 * math.sqrt(max(n_vectors, 1)), 1)))
     k = min(k, max(n_vectors // 32, 16))
