@@ -1,7 +1,7 @@
 """Typed configuration: one dataclass per concern, each the only source of its defaults.
 
 Precedence is defaults < config file(s) < CLI flags. Config files are TOML with one table per
-section (``[walk]``, ``[chunk]``, ``[encode]``, ``[search]``, ``[daemon]``); they are read from
+section (``[walk]``, ``[chunk]``, ``[encode]``, ``[index]``, ``[search]``, ``[daemon]``); they are read from
 ``$SUPERGREP_HOME/config.toml`` and then from ``.supergrep.toml`` in the project root. Unknown
 keys and wrongly typed values are errors that name the file (and line, for TOML syntax errors).
 """
@@ -66,6 +66,16 @@ class EncodeConfig:
 
 
 @dataclass
+class IndexConfig:
+    store: str = _f("auto", "Vector store: exact (float16), compressed (centroid + residual codes, candidate generation; docs/architecture.md), or auto (exact until compress_above vectors, then compressed).")
+    compress_above: int = _f(500_000, "With store = auto: convert the index to the compressed store once it holds this many token vectors.")
+    nbits: int = _f(4, "Compressed store: residual bits per dimension (1, 2 or 4).")
+    pool_factor: float = _f(1.0, "Compressed store: merge similar document tokens to about n / pool_factor vectors (1 = off).")
+    centroids: int = _f(0, "Compressed store: number of k-means centroids; 0 picks from the index size.")
+    drift_ratio: float = _f(1.5, "Compressed store: fit new centroids for a batch whose reconstruction error exceeds this multiple of the training error.")
+
+
+@dataclass
 class SearchConfig:
     mode: str = _f("hybrid", "semantic, lexical or hybrid.")
     limit: int = _f(10, "Number of results.")
@@ -75,6 +85,10 @@ class SearchConfig:
     lexical_weight: float = _f(0.15, "Weight of the lexical (BM25) scores in hybrid fusion (see docs/quality.md for how it was chosen).")
     candidates: int = _f(200, "How many results of each scorer enter hybrid fusion.")
     cache_bytes: int = _f(0, "Keep up to this many bytes of float32 vectors in memory between queries (long-lived processes: eval, daemon).")
+    exact: bool = _f(False, "Score every chunk (no candidate generation), also on a compressed index.")
+    nprobe: int = _f(8, "Compressed store: centroids probed per query token to generate candidates.")
+    ncandidates: int = _f(0, "Compressed store: candidates scored by centroid interaction (0 skips that stage).")
+    rerank: int = _f(64, "Compressed store: candidates re-ranked with exact MaxSim over the decoded vectors (at least the result count).")
 
 
 @dataclass
@@ -93,6 +107,7 @@ class Config:
     walk: WalkConfig = field(default_factory=WalkConfig)
     chunk: ChunkConfig = field(default_factory=ChunkConfig)
     encode: EncodeConfig = field(default_factory=EncodeConfig)
+    index: IndexConfig = field(default_factory=IndexConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
 

@@ -70,7 +70,7 @@ def cli() -> None:
       supergrep merge CHECKPOINT -o DIR                  fold the adapter into a plain model
       supergrep convert CHECKPOINT --to torch|mlx|merged -o DIR   move a checkpoint between backends
       supergrep profile --config run.yaml                where a training step's time goes
-      supergrep bench train|encode                       speed, MFU and memory over a grid
+      supergrep bench train|encode|search                speed, MFU, memory; search latency/recall
       supergrep daemon start | stop | status | add PATH  keep models warm, indexes current
       supergrep serve-mcp                                MCP server for coding agents (stdio)
       supergrep completions SHELL | init SHELL           tab completion, shell integration

@@ -142,3 +142,12 @@ def bench_encode_cmd(workloads, model_path, batch_size, doc_cap, work_dir, out_d
                 click.echo(f"{kind}: {path}")
     if as_json:
         echo_json(results if len(results) > 1 else results[0])
+
+
+def _register_search() -> None:
+    from supergrep.cli.cmd_bench_search import bench_search_cmd
+
+    bench_group.add_command(bench_search_cmd)
+
+
+_register_search()

@@ -22,11 +22,13 @@ def describe_report(root, rep) -> str:
     )
 
 
-def run_index(opts: Options, root, force: bool = False, quiet: bool = False):
+def run_index(opts: Options, root, force: bool = False, quiet: bool = False, store: str | None = None):
     """Index ``root`` (shared with `search`, which indexes an unindexed project first)."""
     from supergrep.index.indexer import update_index
 
     cfg = opts.config(root)
+    if store:
+        cfg.index.store = store
     index = opts.index(root)
     encoder = opts.encoder(cfg)
     report = update_index(index, encoder, cfg, force=force, progress=BarProgress())
@@ -43,8 +45,10 @@ def run_index(opts: Options, root, force: bool = False, quiet: bool = False):
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Encode with N processes started through torchrun: one per GPU (cuda:LOCAL_RANK) when CUDA "
                    "is there, else CPU processes sharing the cores. Rank 0 alone walks and writes the index.")
+@click.option("--store", type=click.Choice(["auto", "exact", "compressed"]),
+              help="Vector store: exact float16, compressed codes, or auto (compressed past [index] compress_above vectors).")
 @common_options
-def index_cmd(path: str | None, force: bool, as_json: bool, workers: int, opts: Options) -> None:
+def index_cmd(path: str | None, force: bool, as_json: bool, workers: int, store: str | None, opts: Options) -> None:
     """Index PATH (default: the current directory), incrementally.
 
     Only files whose content changed are re-embedded; deleted files leave the index. Example:
@@ -59,16 +63,16 @@ def index_cmd(path: str | None, force: bool, as_json: bool, workers: int, opts: 
     root = resolve_root(path, search_up=False)
     world = World.from_env()
     if workers > 1 and not world.distributed:
-        relaunch_under_torchrun(workers, root, force, as_json, opts)  # does not return
+        relaunch_under_torchrun(workers, root, force, as_json, opts, store)  # does not return
     if world.distributed:
         if workers not in (1, world.size):
             raise UsageError(f"--workers {workers} but torchrun started {world.size} processes")
-        done = run_index_distributed(opts, root, force, world, quiet=as_json)
+        done = run_index_distributed(opts, root, force, world, quiet=as_json, store=store)
         if done is None:
             return  # a worker: rank 0 reports
         rep = done
     else:
-        _, _, rep = run_index(opts, root, force=force, quiet=as_json)
+        _, _, rep = run_index(opts, root, force=force, quiet=as_json, store=store)
     if as_json:
         echo_json({
             "root": str(root), "files": rep.files, "chunks": rep.chunks,
@@ -82,7 +86,8 @@ def index_cmd(path: str | None, force: bool, as_json: bool, workers: int, opts: 
         click.echo(describe_report(root, rep))
 
 
-def relaunch_under_torchrun(workers: int, root: Path, force: bool, as_json: bool, opts: Options) -> None:
+def relaunch_under_torchrun(workers: int, root: Path, force: bool, as_json: bool, opts: Options,
+                            store: str | None = None) -> None:
     """Replace this process with torchrun starting ``workers`` copies of this command."""
     import importlib.util
 
@@ -90,7 +95,7 @@ def relaunch_under_torchrun(workers: int, root: Path, force: bool, as_json: bool
         raise UsageError("--workers needs PyTorch (torch.distributed and torchrun); install supergrep with torch")
     args = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(workers),
             "-m", "supergrep", "index", str(root), "--workers", str(workers)]
-    args += ["--force"] * force + ["--json"] * as_json
+    args += ["--force"] * force + ["--json"] * as_json + (["--store", store] if store else [])
     for flag, value in (("--index-dir", opts.index_dir), ("--model-path", opts.model_path),
                         ("--device", opts.device), ("--config", opts.config_file)):
         if value is not None:
@@ -104,7 +109,8 @@ def relaunch_under_torchrun(workers: int, root: Path, force: bool, as_json: bool
     os.execv(sys.executable, args)
 
 
-def run_index_distributed(opts: Options, root: Path, force: bool, world, quiet: bool = False):
+def run_index_distributed(opts: Options, root: Path, force: bool, world, quiet: bool = False,
+                          store: str | None = None):
     """One rank of `index` under torchrun: rank 0 indexes with a ``ShardedEncoder`` and returns
     its report; the other ranks encode what it sends and return None."""
     from supergrep.backends.torch_dist import TorchCollective, rank_device
@@ -112,6 +118,8 @@ def run_index_distributed(opts: Options, root: Path, force: bool, world, quiet: 
     from supergrep.index.indexer import update_index
 
     cfg = opts.config(root)
+    if store:
+        cfg.index.store = store
     cfg.encode.device = rank_device(cfg.encode.device, world)
     if cfg.encode.device == "cpu" and not cfg.encode.threads:
         cfg.encode.threads = max(1, (os.cpu_count() or 1) // world.size)

@@ -64,10 +64,11 @@ def search_via_daemon(request: dict, opts: Options) -> int | None:
 @click.option("--auto", is_flag=True, help="Weigh lexical matching up for code-like queries.")
 @click.option("--no-index", is_flag=True, help="Fail instead of indexing an unindexed project.")
 @click.option("--direct", is_flag=True, help="Search in this process even when the daemon runs.")
+@click.option("--exact", is_flag=True, help="Exact MaxSim over every chunk (no candidate generation on a compressed index).")
 @common_options
 def search_cmd(query: str, path: str | None, limit: int | None, types: tuple[str, ...],
                excludes: tuple[str, ...], subdir: str | None, context: int, as_json: bool,
-               mode: str | None, auto: bool, no_index: bool, direct: bool, opts: Options) -> None:
+               mode: str | None, auto: bool, no_index: bool, direct: bool, exact: bool, opts: Options) -> None:
     """Find code by meaning. Exit status: 0 results, 1 none, 2 error.
 
         supergrep search "retry a request with exponential backoff"
@@ -75,9 +76,9 @@ def search_cmd(query: str, path: str | None, limit: int | None, types: tuple[str
         supergrep "where do we parse the config file" src/ -n 5 --json
 
     A running daemon (`supergrep daemon start`) answers searches without loading the model;
-    --direct, -v, --device or SUPERGREP_NO_DAEMON=1 search in this process.
+    --direct, --exact, -v, --device or SUPERGREP_NO_DAEMON=1 search in this process.
     """
-    if not direct and not opts.device and not click.get_current_context().params.get("verbose"):
+    if not direct and not exact and not opts.device and not click.get_current_context().params.get("verbose"):
         request = {"op": "search", "query": query, "path": path, "limit": limit, "types": list(types),
                    "excludes": list(excludes), "subdir": subdir, "mode": mode, "auto": auto, "no_index": no_index,
                    "render": {"format": "json" if as_json else "text", "context": context, "color": use_color()}}
@@ -88,6 +89,8 @@ def search_cmd(query: str, path: str | None, limit: int | None, types: tuple[str
     if subdir:
         sub = f"{sub}/{subdir.strip('/')}" if sub else subdir.strip("/")
     cfg = opts.config(root)
+    if exact:
+        cfg.search.exact = True
     index = opts.index(root)
     encoder = None
     if not index.exists():

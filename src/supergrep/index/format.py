@@ -8,6 +8,10 @@ One index per project root::
       vectors/seg-00000001.npy           float16 (n_tokens, dim) token vectors, back to back
       vectors/seg-00000001.layout.npy    int64 (n_chunks, 3): chunk id, first token, n_tokens
                                          (sorted by chunk id)
+      vectors/cseg-00000001.sgc          a compressed segment instead (centroid ids + residual
+      vectors/codec-00000001.sgc         codes; its codec): one-file versioned containers
+                                         (container.py, compressed.py), when the meta row
+                                         vector_store is "compressed"
       write.lock                         held (flock) by the one process updating the index
 
 A segment file becomes part of the index only when the SQLite transaction that inserts its

@@ -132,6 +132,7 @@ class _Run:
         try:
             new_ids: list[int] = []
             new_vecs: list[np.ndarray] = []
+            stored_form: list[bool] = []  # vectors reused from the store are already pooled
             old = [p.old_id for p in pending if p.old_id is not None]
             idx.remove_files(old)
             for p, (chunks, _, counts), hs in zip(pending, per_file, hashes, strict=True):
@@ -139,7 +140,8 @@ class _Run:
                                    p.content.sha256, _count_lines(p.content.text), chunks, hs, counts)
                 new_ids += ids
                 new_vecs += [vectors_by_hash[h] for h in hs]
-            idx.store.add(conn, new_ids, new_vecs)
+                stored_form += [h in known for h in hs]
+            idx.store.add(conn, new_ids, new_vecs, stored_form)
             idx.set_meta("updated", repr(time.time()))
             crashpoint("batch_before_commit")
             conn.execute("COMMIT")
@@ -152,6 +154,30 @@ class _Run:
         self.report.lines_indexed += sum(_count_lines(p.content.text) for p in pending)
         if self.progress:
             self.progress.advance(len(pending))
+
+
+def maybe_compress(index: Index, cfg: Config) -> dict | None:
+    """Convert an exact index to the compressed store when the config asks for it: ``store =
+    "compressed"``, or ``"auto"`` once it holds ``compress_above`` token vectors. The caller
+    holds the write lock. Returns the conversion's figures, or None when nothing changed."""
+    from supergrep.index.compressed import convert
+
+    want = cfg.index.store
+    if want not in ("auto", "exact", "compressed"):
+        raise UsageError(f"[index] store must be auto, exact or compressed, not {want!r}")
+    kind = index.store_kind
+    if kind == "compressed":
+        if want == "exact":
+            raise UsageError(f"{index.root}: the index is compressed; rebuild it with `supergrep index --force` "
+                             "to store exact vectors")
+        return None
+    n = index.store.stats(index.conn)["vectors"]
+    if want == "compressed" or (want == "auto" and n >= cfg.index.compress_above):
+        index.configure(index_cfg=cfg.index, search_cfg=cfg.search)
+        info = convert(index.conn, index.dir, index.store.dim, index.compress)
+        index.drop_store()  # the next access opens the compressed store
+        return info
+    return None
 
 
 def update_index(index: Index, encoder: Encoder, cfg: Config | None = None, force: bool = False,
@@ -188,6 +214,7 @@ def update_index(index: Index, encoder: Encoder, cfg: Config | None = None, forc
         if not index.exists():
             index.wipe()  # leftovers of a crash during creation
             index.create(model)
+        index.configure(index_cfg=cfg.index, search_cfg=cfg.search)
         run = _Run(index, encoder, cfg, progress)
         index.store.maintain(index.conn)  # clears orphans a crash may have left
 
@@ -230,6 +257,7 @@ def update_paths(index: Index, encoder: Encoder, cfg: Config | None, paths: list
         if not index.exists():
             raise IndexMissingError(f"{index.root} has no index yet; run `supergrep index {index.root}` first")
         index.check_model(model["fingerprint"], model["name"])
+        index.configure(index_cfg=cfg.index, search_cfg=cfg.search)
         run = _Run(index, encoder, cfg, None)
         stats = WalkStats()
         wanted = sorted(set(paths))
@@ -307,6 +335,7 @@ def _apply(index: Index, run: _Run, cfg: Config, stats: WalkStats, known: dict[s
             conn.execute("ROLLBACK")
         raise
     index.store.maintain(conn)
+    maybe_compress(index, cfg)
     if progress:
         progress.finish()
 

@@ -25,6 +25,7 @@ from supergrep.errors import (
     ModelMismatchError,
     UsageError,
 )
+from supergrep.index.compressed import CompressedStore, CompressSettings, store_kind
 from supergrep.index.format import (
     DB_FILE,
     LOCK_FILE,
@@ -119,7 +120,8 @@ class Index:
         self.cache_bytes = cache_bytes
         self.dir = Path(index_dir).resolve() if index_dir else default_index_dir(self.root)
         self._conn: sqlite3.Connection | None = None
-        self._store: SegmentStore | None = None
+        self._store: VectorStore | None = None
+        self.compress = CompressSettings()  # index/search knobs of the compressed store
         self._manifest: Manifest | None = None
 
     # --------------------------------------------------------------------------- opening
@@ -151,16 +153,42 @@ class Index:
             dim = int(self.manifest.model.get("dim", 0))
             if dim <= 0:
                 raise IndexCorruptError(f"{self.dir / MANIFEST} has no model dim; run `supergrep index --force`")
-            self._store = SegmentStore(self.dir, dim, cache_bytes=self.cache_bytes)
+            if store_kind(self.conn) == "compressed":
+                self._store = CompressedStore(self.dir, dim, self.compress)
+            else:
+                self._store = SegmentStore(self.dir, dim, cache_bytes=self.cache_bytes)
         return self._store
 
     def handle(self) -> Index:
         """Another handle on this index, for another thread: its own SQLite connection, this
-        handle's vector store (one float32 cache serves every thread of a long-lived process)."""
+        handle's vector store (one float32 cache serves every thread of a long-lived process).
+        A store of the wrong kind (another handle converted the index to the compressed store)
+        is reopened first."""
+        if self._store is not None and isinstance(self._store, CompressedStore) != (store_kind(self.conn) == "compressed"):
+            self._store = None
         other = Index(self.root, self.dir, self.cache_bytes)
         other._manifest = self.manifest
+        other.compress = self.compress
         other._store = self.store  # type: ignore[assignment]
         return other
+
+    def drop_store(self) -> None:
+        """Forget the store object (after a conversion the next access opens the new kind)."""
+        self._store = None
+
+    @property
+    def store_kind(self) -> str:
+        """"exact" (float16 segments) or "compressed" (codes + residuals)."""
+        return store_kind(self.conn)
+
+    def configure(self, index_cfg=None, search_cfg=None) -> None:
+        """Take the compressed store's knobs from an ``IndexConfig`` and/or ``SearchConfig``."""
+        c = self.compress
+        if index_cfg is not None:
+            c.nbits, c.pool_factor = index_cfg.nbits, index_cfg.pool_factor
+            c.n_centroids, c.drift_ratio = index_cfg.centroids, index_cfg.drift_ratio
+        if search_cfg is not None:
+            c.nprobe, c.candidates, c.rerank = search_cfg.nprobe, search_cfg.ncandidates, search_cfg.rerank
 
     def close(self) -> None:
         if self._conn is not None:
@@ -324,6 +352,7 @@ class Index:
             "bytes": on_disk,
             "updated": float(updated) if updated else None,
             "format_version": self.manifest.format_version,
+            "store": self.store_kind,
         }
 
     # ---------------------------------------------------------------------- catalog writes

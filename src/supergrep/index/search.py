@@ -85,6 +85,7 @@ class Searcher:
         self._encoder = encoder
         self._checked = False
         self.cfg = cfg or SearchConfig()
+        index.configure(search_cfg=self.cfg)
 
     @property
     def encoder(self) -> Encoder:
@@ -135,7 +136,8 @@ class Searcher:
             lex = dict(zip(ids.tolist(), scores.tolist(), strict=True))
         if mode in ("semantic", "hybrid"):
             q = self._query_vectors(query)
-            ids, scores = store.search(conn, q, limit if mode == "semantic" else max(limit, cfg.candidates), allowed)
+            ids, scores = store.search(conn, q, limit if mode == "semantic" else max(limit, cfg.candidates), allowed,
+                                       exact=cfg.exact)
             sem = dict(zip(ids.tolist(), scores.tolist(), strict=True))
             if mode == "hybrid" and cfg.fusion == "score":
                 # Exact MaxSim for BM25's candidates too, so every candidate has both scores.

@@ -2,8 +2,8 @@
 
 ``VectorStore`` is what the indexer and the searcher talk to. Writes happen inside the caller's
 SQLite write transaction: ``add`` makes its files durable first and then records them in that
-transaction, so vectors become visible exactly when the chunk rows that own them do. A
-compressed, candidate-generating store (PLAID/WARP-style) implements the same methods.
+transaction, so vectors become visible exactly when the chunk rows that own them do. The
+compressed, candidate-generating store (``compressed.py``) implements the same methods.
 
 ``SegmentStore`` keeps float16 vectors in immutable, memory-mapped segment files (LSM-style):
 updates add segments and tombstone removed chunks; ``maintain`` merges small segments and
@@ -37,8 +37,12 @@ class VectorStore(ABC):
     dim: int
 
     @abstractmethod
-    def add(self, conn: sqlite3.Connection, chunk_ids: list[int], vectors: list[np.ndarray]) -> None:
-        """Store vectors for new chunk ids, inside the caller's open write transaction."""
+    def add(self, conn: sqlite3.Connection, chunk_ids: list[int], vectors: list[np.ndarray],
+            pooled: list[bool] | None = None) -> None:
+        """Store vectors for new chunk ids, inside the caller's open write transaction.
+
+        ``pooled[i]`` says chunk i's vectors came from ``get`` (already in stored form: a
+        pooling store must not pool them again)."""
 
     @abstractmethod
     def remove(self, conn: sqlite3.Connection, chunk_ids: list[int]) -> None:
@@ -46,13 +50,15 @@ class VectorStore(ABC):
 
     @abstractmethod
     def search(self, conn: sqlite3.Connection, query: np.ndarray, k: int,
-               allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+               allowed: np.ndarray | None = None, exact: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` chunks by MaxSim.
 
         Args:
             query: (q_tokens, dim) float32 unit rows.
             k: Number of results.
             allowed: Sorted int64 chunk ids that may be returned; None allows all.
+            exact: Score every live chunk (no candidate generation) even where the store
+                could prune.
 
         Returns:
             (chunk ids, scores), best first.
@@ -90,7 +96,9 @@ class _Segment:
     layout: np.ndarray  # (n_chunks, 3) int64: chunk id, first token, n_tokens; sorted by id
 
 
-_SEG_RE = re.compile(r"seg-(\d{8})(\.layout)?\.npy$")
+_SEG_RE = re.compile(r"^seg-(\d{8})(\.layout)?\.npy$")
+_CSEG_RE = re.compile(r"^cseg-(\d{8})\.sgc$")  # compressed segments (compressed.py)
+_CODEC_RE = re.compile(r"^codec-(\d{8})\.sgc$")
 
 
 class SegmentStore(VectorStore):
@@ -158,7 +166,7 @@ class SegmentStore(VectorStore):
         store and its caches) could mix the two up."""
         top = conn.execute("SELECT COALESCE(MAX(id), 0) FROM segments").fetchone()[0]
         row = conn.execute("SELECT value FROM meta WHERE key = 'next_segment'").fetchone()
-        on_disk = [int(m.group(1)) for p in self._listdir() if (m := _SEG_RE.match(p))]
+        on_disk = [int(m.group(1)) for p in self._listdir() if (m := _SEG_RE.match(p) or _CSEG_RE.match(p))]
         seg = max([top, int(row[0]) - 1 if row else 0, *on_disk]) + 1
         conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('next_segment', ?)", (str(seg + 1),))
         return seg
@@ -201,7 +209,8 @@ class SegmentStore(VectorStore):
         return seg
 
     # ---------------------------------------------------------------------------- writes
-    def add(self, conn: sqlite3.Connection, chunk_ids: list[int], vectors: list[np.ndarray]) -> None:
+    def add(self, conn: sqlite3.Connection, chunk_ids: list[int], vectors: list[np.ndarray],
+            pooled: list[bool] | None = None) -> None:
         if len(chunk_ids) != len(vectors):
             raise ValueError("one vector matrix per chunk id")
         if chunk_ids:
@@ -310,7 +319,7 @@ class SegmentStore(VectorStore):
         return scores
 
     def search(self, conn: sqlite3.Connection, query: np.ndarray, k: int,
-               allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+               allowed: np.ndarray | None = None, exact: bool = False) -> tuple[np.ndarray, np.ndarray]:
         query = np.ascontiguousarray(query, dtype=np.float32)
 
         def run(segs: list[int], dead: np.ndarray):
@@ -415,25 +424,34 @@ class SegmentStore(VectorStore):
             conn.execute("ROLLBACK")
             raise
         for sid in victims:
-            self._cache.pop(sid, None)
-            self._f32.pop(sid, None)
+            self._forget(sid)
         log.info("compacted %d segments into one (%d chunks)", len(victims), len(ids))
 
     def _collect_garbage(self, conn: sqlite3.Connection) -> None:
-        """Delete segment files no committed row refers to (a crash before commit, or a
-        compaction whose old files were not yet removed), and stale temp files."""
+        """Delete files no committed row refers to (a crash before commit, a compaction whose
+        old files were not yet removed, an interrupted conversion's compressed files), and
+        stale temp files."""
         live = {r[0] for r in conn.execute("SELECT id FROM segments")}
         for name in self._listdir():
-            m = _SEG_RE.match(name)
-            stale_tmp = name.startswith(".") and name.endswith(".tmp")
-            if (m and int(m.group(1)) not in live) or stale_tmp:
+            if self._is_garbage(name, live, conn):
                 try:
                     os.unlink(self.dir / name)
                 except OSError:
                     pass
+                m = _SEG_RE.match(name) or _CSEG_RE.match(name)
                 if m:
-                    self._cache.pop(int(m.group(1)), None)
-                    self._f32.pop(int(m.group(1)), None)
+                    self._forget(int(m.group(1)))
+
+    def _is_garbage(self, name: str, live: set[int], conn: sqlite3.Connection) -> bool:
+        if name.startswith(".") and name.endswith(".tmp"):
+            return True
+        if m := _SEG_RE.match(name):
+            return int(m.group(1)) not in live
+        return bool(_CSEG_RE.match(name) or _CODEC_RE.match(name))  # an exact index has none
+
+    def _forget(self, seg: int) -> None:
+        self._cache.pop(seg, None)
+        self._f32.pop(seg, None)
 
     def warm(self, conn: sqlite3.Connection) -> None:
         """Map every live segment, fill the float32 cache (as far as ``cache_bytes`` allows) and

@@ -1,0 +1,614 @@
+"""The compressed, candidate-generating vector store (PLAID/WARP-style), behind ``VectorStore``.
+
+Storage: every token vector is a centroid id + 1/2/4-bit residual (``codec.py``), optionally
+after document-token pooling. Segments are immutable one-file containers (``container.py``),
+memory-mapped, written before the SQLite transaction that makes them visible, exactly like the
+exact store's; deletions are tombstones; ``maintain`` merges and rewrites segments. A segment:
+
+    layout  int64 (n_docs, 3)    chunk id, first token, n tokens (sorted by chunk id)
+    codes   uint16|int32 (n_tok) centroid id of each token, document-major
+    resid   uint8 (n_tok, dim * nbits / 8) packed residual buckets, document-major
+    ivf     int32 (n_pairs)      local doc indices grouped by centroid (one entry per centroid x doc)
+    ivf_off int64 (K + 1)        where each centroid's group starts (K when the segment was written)
+
+Search, four stages (all NumPy; ``nprobe``, ``candidates`` and ``rerank`` are the knobs):
+
+1. ``S = Q C^T``: every query token against every centroid.
+2. Candidate generation (WARP-style token retrieval over the centroid inverted lists): each query
+   token probes its ``nprobe`` best centroids; a document's approximate score is
+   ``sum_q max`` over the probed centroids holding one of its tokens, with a missing query token
+   imputed by the score of the ``nprobe``-th centroid (XTR/WARP's missing-similarity estimate).
+3. PLAID centroid interaction for the best ``candidates`` documents: ``sum_q max_t S[q, code_t]``
+   over all of their tokens.
+4. Exact re-rank of the best ``rerank``: MaxSim over the decoded vectors.
+
+Drift: a batch whose vectors decode much worse than the codec's training sample
+(``drift_ratio``) gets new centroids fitted on it; existing ids keep their meaning, so nothing
+already stored is rewritten. The codec is a versioned generation file named by the ``meta`` row
+``codec``, committed in the same transaction as the segment that first uses it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from supergrep.config import IndexConfig, SearchConfig
+from supergrep.errors import IndexCorruptError
+from supergrep.index.codec import ResidualCodec, pool_tokens
+from supergrep.index.container import read_container, write_container
+from supergrep.index.format import crashpoint, fsync_dir
+from supergrep.index.store import _CODEC_RE, _CSEG_RE, _SEG_RE, SegmentStore, _Segment
+from supergrep.scoring.maxsim import top_k
+
+log = logging.getLogger(__name__)
+
+SEGMENT_KIND, SEGMENT_VERSION = "compressed-segment", 1
+CODEC_KIND, CODEC_VERSION = "residual-codec", 1
+STORE_META_KEY = "vector_store"  # meta row: "exact" (absent) or "compressed"
+CODEC_META_KEY = "codec"  # meta row: the committed codec generation
+
+
+
+@dataclass
+class CompressSettings:
+    """How vectors are compressed (index time) and searched (query time). The defaults are the
+    config's (``[index]`` and ``[search]`` in ``config.py``, the only source of defaults)."""
+
+    nbits: int = IndexConfig.nbits
+    pool_factor: float = IndexConfig.pool_factor
+    n_centroids: int = IndexConfig.centroids
+    drift_ratio: float = IndexConfig.drift_ratio
+    nprobe: int = SearchConfig.nprobe
+    candidates: int = SearchConfig.ncandidates
+    rerank: int = SearchConfig.rerank
+
+
+@dataclass
+class _CSegment:
+    id: int
+    layout: np.ndarray
+    codes: np.ndarray
+    resid: np.ndarray
+    ivf: np.ndarray
+    ivf_off: np.ndarray
+
+    @property
+    def starts(self) -> np.ndarray:
+        return self.layout[:, 1]
+
+
+@dataclass
+class _View:
+    """All live segments of one snapshot, numbered as one document space."""
+
+    key: tuple
+    segs: list[_CSegment]
+    base: np.ndarray  # first global doc index of each segment
+    doc_ids: np.ndarray  # (n_docs,) chunk id of each global doc
+    live: np.ndarray  # (n_docs,) bool: not tombstoned
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(s, s + n)`` for each pair, vectorised.
+
+    >>> _ranges(np.array([5, 0, 9]), np.array([2, 0, 3])).tolist()
+    [5, 6, 9, 10, 11]
+    """
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    ends = np.cumsum(lengths)
+    shift = np.repeat(starts - (ends - lengths), lengths)
+    return np.arange(total, dtype=np.int64) + shift
+
+
+def _top_stable(scores: np.ndarray, ids: np.ndarray, n: int) -> np.ndarray:
+    """Indices of the ``n`` best scores, ties at the cut broken by chunk id (approximate scores
+    tie often; this keeps the candidates independent of how documents fall into segments).
+
+    >>> _top_stable(np.array([1.0, 2.0, 1.0, 1.0]), np.array([9, 5, 3, 7]), 2).tolist()
+    [1, 2]
+    """
+    if n >= len(scores):
+        return np.arange(len(scores))
+    if n <= 0:
+        return np.zeros(0, np.int64)
+    thr = scores[np.argpartition(-scores, n - 1)[:n]].min()
+    above = np.flatnonzero(scores > thr)
+    ties = np.flatnonzero(scores == thr)
+    ties = ties[np.argsort(ids[ties], kind="stable")][: n - len(above)]
+    return np.concatenate([above, ties])
+
+
+class CompressedStore(SegmentStore):
+    """Centroid + residual token vectors with candidate generation and exact re-rank.
+
+    Args:
+        index_dir: The index directory.
+        dim: Vector dimension.
+        settings: Compression and search knobs (``CompressSettings``).
+    """
+
+    def __init__(self, index_dir: Path, dim: int, settings: CompressSettings | None = None):
+        super().__init__(index_dir, dim)
+        self.settings = settings or CompressSettings()
+        self._cseg: dict[int, _CSegment] = {}
+        self._codecs: dict[int, ResidualCodec] = {}
+        self._view: _View | None = None
+        self._scratch: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    # ----------------------------------------------------------------------------- files
+    def _cpath(self, seg: int) -> Path:
+        return self.dir / f"cseg-{seg:08d}.sgc"
+
+    def _codec_path(self, gen: int) -> Path:
+        return self.dir / f"codec-{gen:08d}.sgc"
+
+    def codec_generation(self, conn: sqlite3.Connection) -> int:
+        row = conn.execute("SELECT value FROM meta WHERE key = ?", (CODEC_META_KEY,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def codec(self, conn: sqlite3.Connection, gen: int | None = None) -> ResidualCodec:
+        gen = self.codec_generation(conn) if gen is None else gen
+        got = self._codecs.get(gen)
+        if got is not None:
+            return got
+        if gen <= 0:
+            raise IndexCorruptError("the compressed index has no codec; run `supergrep index --force`")
+        path = self._codec_path(gen)
+        try:
+            meta, arrays = read_container(path, CODEC_KIND, CODEC_VERSION)
+        except FileNotFoundError:
+            raise IndexCorruptError(f"{path.name} is missing; run `supergrep index --force`") from None
+        codec = ResidualCodec(np.array(arrays["centroids"], np.float32), np.array(arrays["cutoffs"]),
+                              np.array(arrays["weights"]), int(meta["nbits"]), float(meta["train_error"]))
+        if codec.dim != self.dim:
+            raise IndexCorruptError(f"{path.name} has dim {codec.dim}, the index {self.dim}; run `supergrep index --force`")
+        self._codecs = {gen: codec}
+        return codec
+
+    def write_codec(self, conn: sqlite3.Connection, codec: ResidualCodec) -> int:
+        """Write a new codec generation file and point the ``meta`` row at it, inside the
+        caller's write transaction (the file is durable before the row commits)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        on_disk = [int(m.group(1)) for p in self._listdir() if (m := _CODEC_RE.match(p))]
+        gen = max([self.codec_generation(conn), *on_disk]) + 1
+        write_container(self._codec_path(gen), CODEC_KIND, CODEC_VERSION,
+                        {"centroids": codec.centroids, "cutoffs": codec.cutoffs, "weights": codec.weights},
+                        {"nbits": codec.nbits, "dim": codec.dim, "n_centroids": codec.n_centroids,
+                         "train_error": codec.train_error})
+        fsync_dir(self.dir)
+        crashpoint("codec_written")
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (CODEC_META_KEY, str(gen)))
+        self._codecs[gen] = codec
+        return gen
+
+    def _load(self, seg: int) -> _CSegment:  # type: ignore[override]
+        got = self._cseg.get(seg)
+        if got is not None:
+            return got
+        path = self._cpath(seg)
+        _, a = read_container(path, SEGMENT_KIND, SEGMENT_VERSION)  # FileNotFoundError: retried
+        try:
+            s = _CSegment(seg, np.asarray(a["layout"]), a["codes"], a["resid"], a["ivf"], np.asarray(a["ivf_off"]))
+        except KeyError:
+            raise IndexCorruptError(f"{path.name} lacks an array; run `supergrep index --force`") from None
+        if s.resid.ndim != 2 or len(s.codes) != len(s.resid) or s.layout.ndim != 2:
+            raise IndexCorruptError(f"{path.name} has inconsistent arrays; run `supergrep index --force`")
+        self._cseg[seg] = s
+        return s
+
+    def _write_encoded(self, conn: sqlite3.Connection, ids: np.ndarray, lengths: np.ndarray, codes: np.ndarray,
+                       resid: np.ndarray, n_centroids: int) -> int:
+        """Write one durable compressed segment (docs already sorted by chunk id) and record it."""
+        n_docs = len(ids)
+        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if n_docs else np.zeros(0, np.int64)
+        layout = np.stack([ids, offsets, lengths], axis=1).astype(np.int64) if n_docs else np.zeros((0, 3), np.int64)
+        # Inverted lists: one entry per (centroid, doc) pair, grouped by centroid, docs ascending.
+        doc_of_tok = np.repeat(np.arange(n_docs, dtype=np.int64), lengths)
+        pairs = np.unique(codes.astype(np.int64) * max(n_docs, 1) + doc_of_tok)
+        ivf = (pairs % max(n_docs, 1)).astype(np.int32)
+        counts = np.bincount(pairs // max(n_docs, 1), minlength=n_centroids)
+        ivf_off = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        seg = self._new_segment_id(conn)
+        size = write_container(self._cpath(seg), SEGMENT_KIND, SEGMENT_VERSION,
+                               {"layout": layout, "codes": codes, "resid": resid, "ivf": ivf, "ivf_off": ivf_off})
+        fsync_dir(self.dir)
+        crashpoint("segment_written")
+        conn.execute(
+            "INSERT INTO segments (id, n_chunks, n_vectors, bytes, created) VALUES (?, ?, ?, ?, ?)",
+            (seg, n_docs, int(lengths.sum()), size, time.time()),
+        )
+        conn.executemany(
+            "INSERT OR REPLACE INTO vec_chunks (chunk_id, seg, offset, n) VALUES (?, ?, ?, ?)",
+            [(int(i), seg, int(o), int(n)) for i, o, n in layout],
+        )
+        return seg
+
+    # ---------------------------------------------------------------------------- writes
+    def prepare(self, vectors: list[np.ndarray], pooled: list[bool] | None = None) -> list[np.ndarray]:
+        """Pool each document's tokens (unless already pooled) to the stored form."""
+        f = self.settings.pool_factor
+        if f <= 1:
+            return [np.asarray(v, np.float32) for v in vectors]
+        return [np.asarray(v, np.float32) if (pooled and pooled[i]) else pool_tokens(np.asarray(v, np.float32), f)
+                for i, v in enumerate(vectors)]
+
+    def add(self, conn: sqlite3.Connection, chunk_ids: list[int], vectors: list[np.ndarray],
+            pooled: list[bool] | None = None) -> None:
+        if len(chunk_ids) != len(vectors):
+            raise ValueError("one vector matrix per chunk id")
+        if not chunk_ids:
+            return
+        vecs = self.prepare(vectors, pooled)
+        order = np.argsort(np.asarray(chunk_ids, dtype=np.int64), kind="stable")
+        ids = np.asarray(chunk_ids, dtype=np.int64)[order]
+        lengths = np.array([len(vecs[i]) for i in order], dtype=np.int64)
+        if lengths.min() <= 0:
+            raise ValueError("every chunk needs at least one token vector")
+        flat = np.concatenate([vecs[i] for i in order]).astype(np.float32)
+        if flat.shape[1] != self.dim:
+            raise ValueError(f"vectors have dim {flat.shape[1]}, the index stores {self.dim}")
+        codec = self.codec(conn)
+        codes, resid = codec.encode(flat)
+        codec, codes, resid = self._handle_drift(conn, codec, flat, codes, resid)
+        self._write_encoded(conn, ids, lengths, codes, resid, codec.n_centroids)
+
+    def _handle_drift(self, conn, codec: ResidualCodec, flat: np.ndarray, codes: np.ndarray, resid: np.ndarray):
+        """New centroids for a batch the codebook no longer fits (measured, not assumed)."""
+        if len(flat) < 256 or codec.train_error <= 0:
+            return codec, codes, resid
+        err = float(((codec.decode(codes, resid) - flat) ** 2).sum(axis=1).mean())
+        if err <= self.settings.drift_ratio * codec.train_error:
+            return codec, codes, resid
+        per_centroid = max(16, 64)
+        n_new = int(min(max(len(flat) // per_centroid, 8), 4096))
+        if codec.code_dtype == np.uint16 and codec.n_centroids + n_new > 65536:
+            n_new = max(0, 65536 - codec.n_centroids)
+            if n_new == 0:
+                log.warning("codebook full (65536 centroids); rebuild with --force to re-cluster")
+                return codec, codes, resid
+        new = codec.extend(flat, n_new)
+        self.write_codec(conn, new)
+        codes, resid = new.encode(flat)
+        err2 = float(((new.decode(codes, resid) - flat) ** 2).sum(axis=1).mean())
+        log.info("drift: batch error %.4f vs trained %.4f; added %d centroids (error now %.4f)",
+                 err, codec.train_error, n_new, err2)
+        self._view = None
+        return new, codes, resid
+
+    # ----------------------------------------------------------------------------- reads
+    def _snapshot_c(self, conn: sqlite3.Connection) -> tuple[list[int], np.ndarray, int]:
+        own_tx = not conn.in_transaction
+        if own_tx:
+            conn.execute("BEGIN")
+        try:
+            segs = [r[0] for r in conn.execute("SELECT id FROM segments ORDER BY id")]
+            dead = np.fromiter((r[0] for r in conn.execute("SELECT chunk_id FROM tombstones")), np.int64)
+            gen = self.codec_generation(conn)
+        finally:
+            if own_tx:
+                conn.execute("COMMIT")
+        dead.sort()
+        return segs, dead, gen
+
+    def _view_for(self, conn: sqlite3.Connection) -> tuple[_View, ResidualCodec]:
+        for attempt in range(3):
+            segs, dead, gen = self._snapshot_c(conn)
+            key = (tuple(segs), len(dead), int(dead.sum()) if len(dead) else 0, gen)
+            if self._view is not None and self._view.key == key:
+                return self._view, self.codec(conn, gen)
+            try:
+                loaded = [self._load(s) for s in segs]
+            except FileNotFoundError:
+                self._cseg.clear()
+                if attempt == 2:
+                    raise IndexCorruptError("segment files are missing; run `supergrep index --force`") from None
+                continue
+            sizes = np.array([len(s.layout) for s in loaded], dtype=np.int64)
+            base = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if len(loaded) else np.zeros(0, np.int64)
+            doc_ids = np.concatenate([s.layout[:, 0] for s in loaded]) if loaded else np.zeros(0, np.int64)
+            live = ~np.isin(doc_ids, dead) if len(dead) else np.ones(len(doc_ids), bool)
+            self._view = _View(key, loaded, base, doc_ids, live)
+            return self._view, self.codec(conn, gen)
+        raise AssertionError("unreachable")
+
+    def _scratch_for(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self._scratch is None or len(self._scratch[0]) < n:
+            self._scratch = (np.zeros(n, np.float32), np.zeros(n, np.float32), np.zeros(n, bool))
+        return self._scratch
+
+    def _gather(self, view: _View, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(codes, residuals, lengths) of the tokens of global docs, in the order given."""
+        seg_of = np.searchsorted(view.base, docs, side="right") - 1
+        groups = [(si, np.flatnonzero(seg_of == si)) for si in np.unique(seg_of)]
+        lengths = np.zeros(len(docs), np.int64)
+        for si, sel in groups:
+            lengths[sel] = view.segs[si].layout[docs[sel] - view.base[si], 2]
+        out_starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        total = int(lengths.sum())
+        rb = view.segs[0].resid.shape[1] if view.segs else 0
+        dtype = view.segs[0].codes.dtype if view.segs else np.uint16
+        codes = np.empty(total, dtype)
+        resid = np.empty((total, rb), np.uint8)
+        for si, sel in groups:
+            seg = view.segs[si]
+            lay = seg.layout[docs[sel] - view.base[si]]
+            src = _ranges(lay[:, 1], lay[:, 2])
+            dst = _ranges(out_starts[sel], lay[:, 2])
+            codes[dst] = seg.codes[src]
+            resid[dst] = seg.resid[src]
+        return codes, resid, lengths
+
+    def _decode_docs(self, view: _View, codec: ResidualCodec, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Decoded token vectors of global docs (in the order given) and each doc's first row."""
+        codes, resid, lengths = self._gather(view, docs)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        return codec.decode(codes, resid), starts
+
+    def _exact_scores(self, view: _View, codec: ResidualCodec, query: np.ndarray, docs: np.ndarray,
+                      st: np.ndarray | None = None) -> np.ndarray:
+        """Exact MaxSim over the decoded vectors: ``q . x = S[q, code] + q . residual``, so only
+        the residuals are decoded (``st`` = (K, q) query-centroid scores, computed if absent)."""
+        if len(docs) == 0:
+            return np.zeros(0, np.float32)
+        if st is None:
+            st = np.ascontiguousarray((query @ codec.centroids.T).T)
+        out = np.empty(len(docs), np.float32)
+        step = max(1, self.block_tokens // 64)
+        for s in range(0, len(docs), step):
+            codes, resid, lengths = self._gather(view, docs[s : s + step])
+            starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+            sims = query @ codec.decode_residuals(resid).T  # (q, n_tok)
+            sims += st[codes.astype(np.int64)].T
+            out[s : s + step] = np.maximum.reduceat(sims, starts, axis=1).sum(axis=0)
+        return out
+
+    def _centroid_interaction(self, view: _View, st: np.ndarray, docs: np.ndarray) -> np.ndarray:
+        """PLAID stage 3: ``sum_q max_t S[q, code_t]`` over every token of each doc."""
+        codes, _, lengths = self._gather(view, docs)
+        sims = st[codes.astype(np.int64)]  # (n_tok, q)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        return np.maximum.reduceat(sims, starts, axis=0).sum(axis=1)
+
+    def search(self, conn: sqlite3.Connection, query: np.ndarray, k: int,
+               allowed: np.ndarray | None = None, exact: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        query = np.ascontiguousarray(query, dtype=np.float32)
+        view, codec = self._view_for(conn)
+        keep = view.live
+        if allowed is not None:
+            keep = keep & np.isin(view.doc_ids, allowed)
+        n_live = int(keep.sum())
+        if n_live == 0 or k <= 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        p = self.settings
+        rerank = max(p.rerank, k)
+        if exact or n_live <= rerank:
+            docs = np.flatnonzero(keep)
+            scores = self._exact_scores(view, codec, query, docs)
+            best = top_k(scores, k)
+            return view.doc_ids[docs[best]], scores[best]
+        docs, approx, s = self._candidates(view, codec, query, keep)
+        if p.candidates > 0 and len(docs) > max(p.candidates, rerank):
+            docs = docs[_top_stable(approx, view.doc_ids[docs], max(p.candidates, rerank))]
+            approx = self._centroid_interaction(view, np.ascontiguousarray(s.T), docs)
+        docs = docs[_top_stable(approx, view.doc_ids[docs], rerank)]
+        docs = docs[np.argsort(view.doc_ids[docs], kind="stable")]  # exact ties: lower chunk id first
+        scores = self._exact_scores(view, codec, query, docs, np.ascontiguousarray(s.T))
+        best = top_k(scores, k)
+        return view.doc_ids[docs[best]], scores[best]
+
+    def _candidates(self, view: _View, codec: ResidualCodec, query: np.ndarray,
+                    keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Stages 1-2: (global docs touched by the probed centroids, approximate scores, S)."""
+        s = query @ codec.centroids.T  # (q, K)
+        nprobe = max(1, min(self.settings.nprobe, s.shape[1]))
+        probes = np.argpartition(-s, nprobe - 1, axis=1)[:, :nprobe] if nprobe < s.shape[1] else \
+            np.broadcast_to(np.arange(s.shape[1]), s.shape).copy()
+        pscores = np.take_along_axis(s, probes, axis=1)
+        impute = pscores.min(axis=1)  # (q,) the nprobe-th best centroid score
+        n_docs = len(view.doc_ids)
+        acc, best, seen = self._scratch_for(n_docs)
+        for i in range(len(query)):
+            cs, vals = probes[i], pscores[i] - impute[i]
+            docs_i, vals_i = [], []
+            for si, seg in enumerate(view.segs):
+                kseg = len(seg.ivf_off) - 1
+                ok = cs < kseg
+                c = cs[ok]
+                a = seg.ivf_off[c]
+                lens = seg.ivf_off[c + 1] - a
+                if not lens.any():
+                    continue
+                docs_i.append(np.asarray(seg.ivf[_ranges(a, lens)], dtype=np.int64) + view.base[si])
+                vals_i.append(np.repeat(vals[ok], lens))
+            if not docs_i:
+                continue
+            d = np.concatenate(docs_i)
+            v = np.concatenate(vals_i)
+            np.maximum.at(best, d, v)
+            acc[d] += best[d]  # duplicates add once: every copy reads the same best[d]
+            best[d] = 0.0
+            seen[d] = True
+        cand = np.flatnonzero(seen[:n_docs])
+        scores = acc[cand] + float(impute.sum())
+        acc[cand] = 0.0
+        seen[cand] = False
+        ok = keep[cand]
+        return cand[ok], scores[ok], s
+
+    def score(self, conn: sqlite3.Connection, query: np.ndarray, chunk_ids: list[int]) -> np.ndarray:
+        query = np.ascontiguousarray(query, dtype=np.float32)
+        view, codec = self._view_for(conn)
+        out = np.full(len(chunk_ids), -np.inf, dtype=np.float32)
+        if not len(chunk_ids) or not len(view.doc_ids):
+            return out
+        docs = self._global_docs(view, np.asarray(chunk_ids, dtype=np.int64))
+        ok = docs >= 0
+        out[ok] = self._exact_scores(view, codec, query, docs[ok])
+        return out
+
+    def _global_docs(self, view: _View, chunk_ids: np.ndarray) -> np.ndarray:
+        """Global doc index of each live chunk id, -1 where absent or tombstoned."""
+        out = np.full(len(chunk_ids), -1, np.int64)
+        for si, seg in enumerate(view.segs):
+            ids = seg.layout[:, 0]
+            pos = np.searchsorted(ids, chunk_ids)
+            pos = np.minimum(pos, len(ids) - 1) if len(ids) else pos
+            hit = (len(ids) > 0) & (ids[pos] == chunk_ids) if len(ids) else np.zeros(len(chunk_ids), bool)
+            g = pos + view.base[si]
+            hit &= view.live[g] if len(ids) else hit
+            out[hit] = g[hit]
+        return out
+
+    def get(self, conn: sqlite3.Connection, chunk_ids: list[int]) -> list[np.ndarray]:
+        view, codec = self._view_for(conn)
+        docs = self._global_docs(view, np.asarray(chunk_ids, dtype=np.int64))
+        if (docs < 0).any():
+            raise KeyError(f"chunk {chunk_ids[int(np.argmax(docs < 0))]} has no vectors")
+        vecs, starts = self._decode_docs(view, codec, docs)
+        ends = np.append(starts[1:], len(vecs))
+        return [vecs[a:b] for a, b in zip(starts, ends, strict=True)]
+
+    # ----------------------------------------------------------------------- maintenance
+    def _rewrite(self, conn: sqlite3.Connection, victims: list[int]) -> None:
+        """Merge the live documents of ``victims`` into one segment (codes copied, not re-encoded)."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            dead = np.fromiter((r[0] for r in conn.execute("SELECT chunk_id FROM tombstones")), np.int64)
+            codec = self.codec(conn)
+            segs = [self._load(sid) for sid in victims]
+            sizes = np.array([len(sg.layout) for sg in segs], np.int64)
+            doc_ids = np.concatenate([sg.layout[:, 0] for sg in segs])
+            view = _View((), segs, np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64), doc_ids,
+                         np.ones(len(doc_ids), bool))
+            live = np.flatnonzero(~np.isin(doc_ids, dead))
+            docs = live[np.argsort(doc_ids[live], kind="stable")]
+            n = len(docs)
+            if n:
+                codes, resid, lengths = self._gather(view, docs)
+                self._write_encoded(conn, doc_ids[docs], lengths, codes, resid, codec.n_centroids)
+            marks = ",".join("?" * len(victims))
+            conn.execute(f"DELETE FROM tombstones WHERE seg IN ({marks})", victims)
+            conn.execute(f"DELETE FROM segments WHERE id IN ({marks})", victims)
+            crashpoint("compaction_before_commit")
+            conn.execute("COMMIT")
+            crashpoint("compaction_committed")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        for sid in victims:
+            self._forget(sid)
+        log.info("compacted %d compressed segments into one (%d chunks)", len(victims), n)
+
+    def _is_garbage(self, name: str, live: set[int], conn: sqlite3.Connection) -> bool:
+        """Compressed segments no committed row names, codecs other than the committed one,
+        exact segment files (a conversion's leftovers) and stale temp files."""
+        if name.startswith(".") and name.endswith(".tmp"):
+            return True
+        if m := _CSEG_RE.match(name):
+            return int(m.group(1)) not in live
+        if m := _CODEC_RE.match(name):
+            return int(m.group(1)) != self.codec_generation(conn)
+        return bool(_SEG_RE.match(name))
+
+    def _forget(self, seg: int) -> None:
+        self._cseg.pop(seg, None)
+        self._view = None
+
+    def stats(self, conn: sqlite3.Connection) -> dict:
+        out = super().stats(conn)
+        try:
+            out["bytes"] += self._codec_path(self.codec_generation(conn)).stat().st_size
+        except OSError:
+            pass
+        return out
+
+
+def convert(conn: sqlite3.Connection, index_dir: Path, dim: int, settings: CompressSettings,
+            sample_size: int = 131072, seed: int = 0) -> dict:
+    """Turn an exact (float16) index into a compressed one, in one committed step.
+
+    Trains the codec on a sample of the live vectors (pooled as they will be stored), writes
+    every live chunk into compressed segments (streamed one exact segment at a time), then in
+    one transaction swaps the segment rows, clears the tombstones and flips the ``meta`` rows.
+    A crash before that commit leaves the exact index as it was (the new files are orphans the
+    next writer deletes). The caller holds the write lock.
+
+    Returns:
+        {"chunks", "vectors_in", "vectors_stored", "centroids", "seconds"}.
+    """
+    t0 = time.perf_counter()
+    if store_kind(conn) == "compressed":
+        raise ValueError("the index is already compressed")
+    exact = SegmentStore(index_dir, dim)
+    store = CompressedStore(index_dir, dim, settings)
+    segs, dead = exact._snapshot(conn)
+    rng = np.random.default_rng(seed)
+    loaded: list[_Segment] = [exact._load(s) for s in segs]
+    live_layouts = []
+    n_in = 0
+    for seg in loaded:
+        keep = ~np.isin(seg.layout[:, 0], dead) if len(dead) else np.ones(len(seg.layout), bool)
+        live_layouts.append(seg.layout[keep])
+        n_in += int(seg.layout[keep, 2].sum())
+    # Sample whole documents (pooling needs them), about sample_size stored vectors.
+    all_docs = [(si, row) for si, lay in enumerate(live_layouts) for row in range(len(lay))]
+    est_stored = n_in / max(settings.pool_factor, 1.0)
+    frac = min(1.0, sample_size / max(est_stored, 1))
+    pick = [all_docs[i] for i in np.flatnonzero(rng.random(len(all_docs)) < frac)] or all_docs[:1]
+    sample = np.concatenate([
+        store.prepare([np.asarray(loaded[si].vectors[o : o + n], np.float32)])[0]
+        for si, row in pick for (_, o, n) in [live_layouts[si][row]]
+    ])
+    codec = ResidualCodec.train(sample, nbits=settings.nbits, n_centroids=settings.n_centroids or None,
+                                n_vectors=int(est_stored), seed=seed)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        store.write_codec(conn, codec)
+        old = list(segs)
+        n_stored = 0
+        for seg, lay in zip(loaded, live_layouts, strict=True):
+            for s in range(0, len(lay), 4096):
+                part = lay[s : s + 4096]
+                if not len(part):
+                    continue
+                vecs = store.prepare([np.asarray(seg.vectors[o : o + n], np.float32) for _, o, n in part])
+                lengths = np.array([len(v) for v in vecs], np.int64)
+                codes, resid = codec.encode(np.concatenate(vecs))
+                store._write_encoded(conn, part[:, 0].astype(np.int64), lengths, codes, resid, codec.n_centroids)
+                n_stored += int(lengths.sum())
+        if old:
+            marks = ",".join("?" * len(old))
+            conn.execute(f"DELETE FROM segments WHERE id IN ({marks})", old)
+        conn.execute("DELETE FROM tombstones")
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (STORE_META_KEY, "compressed"))
+        crashpoint("convert_before_commit")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    crashpoint("convert_committed")
+    store._collect_garbage(conn)
+    info = {"chunks": sum(len(x) for x in live_layouts), "vectors_in": n_in, "vectors_stored": n_stored,
+            "centroids": codec.n_centroids, "seconds": round(time.perf_counter() - t0, 2)}
+    log.info("compressed the index: %s", info)
+    return info
+
+
+def store_kind(conn: sqlite3.Connection) -> str:
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (STORE_META_KEY,)).fetchone()
+    return row[0] if row else "exact"
+
+
+def bytes_per_vector(n_bytes: int, n_vectors: int) -> float:
+    return n_bytes / n_vectors if n_vectors else math.nan

@@ -1,0 +1,37 @@
+"""`supergrep bench search`: synthetic compressed indexes, latency against the exhaustive baseline."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from supergrep.cli import cli, main
+
+
+def test_bench_search_reports_latency_recall_and_size(tmp_path):
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(cli, ["bench", "search", "--sizes", "400,800", "--queries", "6", "--exact-queries", "3",
+                                   "--dim", "32", "--mean-tokens", "12", "--nbits", "2", "--rerank", "800",
+                                   "--work-dir", str(tmp_path / "w"), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    rows = data["results"]
+    assert [r["chunks"] for r in rows] == [400, 800]
+    for r in rows:
+        assert r["p50_ms"] > 0 and r["p95_ms"] >= r["p50_ms"] and r["qps"] > 0
+        assert r["exact_queries"] == 3 and r["exact_p50_ms"] > 0
+        # rerank >= the index size: the pipeline re-ranks everything, so it equals the baseline
+        assert r["recall_at_10"] == 1.0
+        assert 0 < r["bytes_per_vector"] < 32 * 4
+    assert not (tmp_path / "w" / "synthetic-400").exists()  # cleaned up
+
+
+def test_bench_search_bad_sizes_exit_2(capsys):
+    for bad in ("ten", "10"):
+        with pytest.raises(SystemExit) as e:
+            main(["bench", "search", "--sizes", bad])
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("supergrep: error: --sizes") and "\n" not in err

@@ -1,0 +1,305 @@
+"""The compressed store: codec error bounds, candidate recall, incremental == rebuild, drift."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from supergrep.errors import IndexCorruptError
+from supergrep.index.codec import ResidualCodec, pool_tokens
+from supergrep.index.compressed import CompressedStore, CompressSettings, convert, store_kind
+from supergrep.index.container import read_container, write_container
+from supergrep.index.format import connect
+from supergrep.index.store import SegmentStore
+from supergrep.scoring.maxsim import maxsim
+
+DIM = 32
+
+
+def clustered(rng, n_docs, n_topics=24, tokens=(4, 24), noise=0.35, centers=None):
+    """Documents whose tokens sit around a few topic centres (as code tokens do)."""
+    if centers is None:
+        centers = rng.standard_normal((n_topics * 4, DIM)).astype(np.float32)
+    docs = {}
+    for i in range(n_docs):
+        topic = rng.integers(0, len(centers) // 4)
+        n = int(rng.integers(*tokens))
+        c = centers[topic * 4 + rng.integers(0, 4, n)]
+        v = c + noise * rng.standard_normal((n, DIM)).astype(np.float32)
+        docs[i + 1] = v / np.linalg.norm(v, axis=1, keepdims=True)
+    return docs, centers
+
+
+def unit(x):
+    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
+
+
+def tx(conn, fn, *args):
+    conn.execute("BEGIN IMMEDIATE")
+    fn(conn, *args)
+    conn.execute("COMMIT")
+
+
+def new_store(path, codec, **kw):
+    path.mkdir(parents=True, exist_ok=True)
+    conn = connect(path)
+    s = CompressedStore(path, DIM, CompressSettings(pool_factor=1.0, **kw))
+    tx(conn, s.write_codec, codec)
+    conn.execute("INSERT INTO meta (key, value) VALUES ('vector_store', 'compressed')")
+    return s, conn
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    docs, centers = clustered(rng, 400)
+    sample = np.concatenate(list(docs.values()))
+    codec = ResidualCodec.train(sample, nbits=2, n_centroids=32)
+    return docs, centers, codec
+
+
+# ------------------------------------------------------------------------------ codec
+@pytest.mark.parametrize("nbits", [1, 2, 4])
+def test_round_trip_error_is_bounded_and_shrinks_with_bits(data, nbits):
+    docs, _, _ = data
+    x = np.concatenate(list(docs.values()))
+    codec = ResidualCodec.train(x, nbits=nbits, n_centroids=32)
+    codes, packed = codec.encode(x)
+    assert packed.shape == (len(x), DIM * nbits // 8) and packed.dtype == np.uint8
+    y = codec.decode(codes, packed)
+    # Every decoded residual lies in its bucket's [cutoff below, cutoff above] (the outer
+    # buckets extend to the sample's extremes): the per-dimension error is bounded by the
+    # bucket's width.
+    resid = x - codec.centroids[codes.astype(int)]
+    lo = np.concatenate([resid.min(0, keepdims=True).T, codec.cutoffs], axis=1)
+    hi = np.concatenate([codec.cutoffs, resid.max(0, keepdims=True).T], axis=1)
+    b = codec.buckets(packed)
+    width = (hi - lo)[np.arange(DIM), b]
+    assert (np.abs(y - x) <= width + 1e-6).all()
+    err = ((y - x) ** 2).sum(1).mean()
+    cos = ((y * x).sum(1) / np.linalg.norm(y, axis=1)).mean()
+    # Measured on this data: 1 bit .869, 2 bits .948, 4 bits .992 mean cosine.
+    assert cos > {1: 0.85, 2: 0.93, 4: 0.985}[nbits]
+    assert err == pytest.approx(codec.train_error, rel=1e-5)
+    # Inner products straight from the codes (the lookup tables) equal the decoded ones.
+    q = unit(np.random.default_rng(1).standard_normal((3, DIM)))
+    lut = codec.residual_lut(q)
+    direct = q @ codec.centroids[codes.astype(int)].T + lut[:, np.arange(packed.shape[1]), packed].sum(-1)
+    np.testing.assert_allclose(direct, q @ y.T, atol=1e-5)
+
+
+def test_more_bits_less_error(data):
+    docs, _, _ = data
+    x = np.concatenate(list(docs.values()))
+    errs = [ResidualCodec.train(x, nbits=b, n_centroids=32).train_error for b in (1, 2, 4)]
+    assert errs[0] > 2 * errs[1] > 4 * errs[2]
+
+
+def test_pooling_merges_to_the_target_count():
+    rng = np.random.default_rng(3)
+    v = unit(rng.standard_normal((41, DIM)))
+    p = pool_tokens(v, 2.0)
+    assert len(p) == 21
+    np.testing.assert_allclose(np.linalg.norm(p, axis=1), 1, atol=1e-5)
+    np.testing.assert_array_equal(p[0], v[0])  # [CLS] kept
+    # Near-duplicates merge first: a doc of pairs pools back to one row per pair.
+    base = unit(rng.standard_normal((10, DIM)))
+    twins = unit(np.repeat(base, 2, axis=0) + 0.01 * rng.standard_normal((20, DIM)))
+    pooled = pool_tokens(np.concatenate([v[:1], twins]), 2.0)
+    assert len(pooled) == 11
+    assert (pooled[1:] @ base.T).max(axis=0).min() > 0.99
+
+
+def test_container_refuses_newer_versions_and_truncation(tmp_path):
+    p = tmp_path / "x.sgc"
+    write_container(p, "thing", 1, {"a": np.arange(10, dtype=np.int32), "b": np.ones((3, 4), np.uint8)}, {"k": 1})
+    meta, arrays = read_container(p, "thing", 1)
+    assert meta == {"k": 1} and arrays["a"].tolist() == list(range(10)) and arrays["b"].shape == (3, 4)
+    with pytest.raises(IndexCorruptError, match="newer"):
+        write_container(p, "thing", 2, {"a": np.zeros(1)})
+        read_container(p, "thing", 1)
+    write_container(p, "thing", 1, {"a": np.zeros(1000)})
+    p.write_bytes(p.read_bytes()[:2000])
+    with pytest.raises(IndexCorruptError, match="truncated"):
+        read_container(p, "thing", 1)
+
+
+# ------------------------------------------------------------------------------ search
+def queries_from(docs, rng, n=30, noise=0.25):
+    ids = rng.choice(list(docs), n)
+    out = []
+    for i in ids:
+        d = docs[int(i)]
+        q = d[rng.integers(0, len(d), 8)] + noise * rng.standard_normal((8, DIM)).astype(np.float32)
+        out.append(unit(q))
+    return out
+
+
+def test_candidate_recall_on_a_clustered_set(tmp_path, data):
+    docs, _, codec = data
+    s, conn = new_store(tmp_path, codec, nprobe=4, candidates=0, rerank=48)  # 400 docs, 32 centroids
+    tx(conn, s.add, list(docs), list(docs.values()))
+    qs = queries_from(docs, np.random.default_rng(5))
+    hits, exact_hits = [], []
+    for q in qs:
+        got, scores = s.search(conn, q, 10)
+        want, want_scores = s.search(conn, q, 10, exact=True)
+        hits.append(len(set(got.tolist()) & set(want.tolist())) / 10)
+        # The exhaustive path is exact MaxSim over the decoded vectors.
+        dec = {i: v for i, v in zip(list(docs), s.get(conn, list(docs)), strict=True)}
+        brute = sorted(dec, key=lambda i: -maxsim(q, dec[i]))[:10]
+        exact_hits.append(want.tolist() == brute)
+        # Scores of returned ids are exact (re-ranked), not approximations.
+        np.testing.assert_allclose(scores, [maxsim(q, dec[int(i)]) for i in got], rtol=1e-4)
+    assert all(exact_hits)
+    assert np.mean(hits) >= 0.95, np.mean(hits)
+    # Probing every centroid and re-ranking everything is the exhaustive search.
+    s.settings.nprobe, s.settings.rerank = codec.n_centroids, len(docs)
+    for q in qs[:5]:
+        assert s.search(conn, q, 10)[0].tolist() == s.search(conn, q, 10, exact=True)[0].tolist()
+
+
+def test_allowed_and_score(tmp_path, data):
+    docs, _, codec = data
+    s, conn = new_store(tmp_path, codec)
+    tx(conn, s.add, list(docs), list(docs.values()))
+    q = queries_from(docs, np.random.default_rng(6), n=1)[0]
+    allowed = np.array([3, 17, 99], np.int64)
+    assert sorted(s.search(conn, q, 10, allowed)[0].tolist()) == [3, 17, 99]
+    sc = s.score(conn, q, [17, 12345])
+    assert np.isfinite(sc[0]) and np.isneginf(sc[1])
+
+
+def snapshot(s, conn, qs):
+    return [tuple(zip(*(x.tolist() for x in s.search(conn, q, 10)))) for q in qs]
+
+
+def test_incremental_add_delete_equals_rebuild(tmp_path, data):
+    docs, _, codec = data
+    ids = list(docs)
+    inc, c1 = new_store(tmp_path / "inc", codec)
+    inc.MERGE_MAX_SEGMENTS = 4  # force merges too
+    for part in np.array_split(np.array(ids), 7):
+        tx(c1, inc.add, part.tolist(), [docs[i] for i in part])
+    gone = ids[::5]
+    tx(c1, inc.remove, gone)
+    inc.maintain(c1)  # compaction: rewrites mostly-dead segments, merges small ones
+    tx(c1, inc.remove, ids[1::7])
+    live = [i for i in ids if i not in set(gone) | set(ids[1::7])]
+    assert inc.stats(c1)["vectors"] == sum(len(docs[i]) for i in live)
+
+    ref, c2 = new_store(tmp_path / "ref", codec)
+    tx(c2, ref.add, live, [docs[i] for i in live])
+    qs = queries_from(docs, np.random.default_rng(7), n=12)
+    assert snapshot(inc, c1, qs) == snapshot(ref, c2, qs)
+    for a, b in zip(inc.get(c1, live), ref.get(c2, live), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert len(list((tmp_path / "inc" / "vectors").glob("cseg-*"))) <= inc.MERGE_MAX_SEGMENTS
+
+
+def test_drift_adds_centroids_without_touching_stored_codes(tmp_path, data):
+    docs, _, codec = data
+    s, conn = new_store(tmp_path, codec)
+    tx(conn, s.add, list(docs), list(docs.values()))
+    before = s.get(conn, [1, 2, 3])
+    rng = np.random.default_rng(8)
+    far, _ = clustered(rng, 60, n_topics=6)  # new topics the codebook has never seen
+    far = {i + 1000: v for i, v in far.items()}
+    err_before = s.codec(conn).error(np.concatenate(list(far.values())))
+    tx(conn, s.add, list(far), list(far.values()))
+    new = s.codec(conn)
+    assert s.codec_generation(conn) == 2 and new.n_centroids > codec.n_centroids
+    assert new.error(np.concatenate(list(far.values()))) < err_before / 1.5
+    for a, b in zip(before, s.get(conn, [1, 2, 3]), strict=True):
+        np.testing.assert_array_equal(a, b)
+    s.maintain(conn)  # the old codec generation is garbage now
+    assert [p.name for p in (tmp_path / "vectors").glob("codec-*")] == ["codec-00000002.sgc"]
+    q = queries_from(far, rng, n=1)[0]
+    assert s.search(conn, q, 5)[0].tolist() == s.search(conn, q, 5, exact=True)[0].tolist()
+
+
+def test_convert_exact_index(tmp_path, data):
+    docs, _, _ = data
+    conn = connect(tmp_path)
+    ex = SegmentStore(tmp_path, DIM)
+    ids = list(docs)
+    tx(conn, ex.add, ids[:200], [docs[i] for i in ids[:200]])
+    tx(conn, ex.add, ids[200:], [docs[i] for i in ids[200:]])
+    tx(conn, ex.remove, ids[:10])
+    info = convert(conn, tmp_path, DIM, CompressSettings(nbits=4, pool_factor=1.0, n_centroids=32))
+    assert store_kind(conn) == "compressed" and info["chunks"] == len(ids) - 10
+    assert not list((tmp_path / "vectors").glob("seg-*"))  # the exact files are gone
+    s = CompressedStore(tmp_path, DIM)
+    got = s.get(conn, ids[10:])
+    cos = np.mean([(a * b).sum(1).mean() for a, b in zip(got, [docs[i] for i in ids[10:]], strict=True)])
+    assert cos > 0.97  # 4 bits (measured .982)
+    assert s.stats(conn)["vectors"] == sum(len(docs[i]) for i in ids[10:])
+
+
+# --------------------------------------------------------------------------- end to end
+def test_index_chooses_the_store_by_size_and_stays_incremental(sample_project, tiny_encoder):
+    from supergrep.config import Config
+    from supergrep.errors import UsageError
+    from supergrep.index.indexer import update_index
+    from supergrep.index.project import Index
+    from supergrep.index.search import Searcher
+
+    cfg = Config()
+    cfg.index.compress_above = 10**9  # auto, below the threshold: exact
+    index = Index(sample_project)
+    update_index(index, tiny_encoder, cfg)
+    assert index.store_kind == "exact"
+    exact_hits = Searcher(index, tiny_encoder).search("expire old sessions", mode="semantic")
+
+    cfg.index.compress_above = 1  # past it: converted at the end of the run
+    cfg.index.centroids = 16
+    update_index(index, tiny_encoder, cfg)
+    assert index.store_kind == "compressed" and isinstance(index.store, CompressedStore)
+    assert index.stats()["store"] == "compressed"
+    n_tokens = index.conn.execute("SELECT SUM(n_tokens) FROM chunks").fetchone()[0]
+    assert index.store.stats(index.conn)["vectors"] == n_tokens
+    # 4-bit codes: the same top result; --exact (every chunk) agrees with the pipeline here
+    hits = Searcher(index, tiny_encoder).search("expire old sessions", mode="semantic")
+    assert hits[0].chunk_id == exact_hits[0].chunk_id
+    cfg.search.exact = True
+    assert [h.chunk_id for h in Searcher(index, tiny_encoder, cfg.search).search("expire old sessions")] == \
+           [h.chunk_id for h in Searcher(index, tiny_encoder).search("expire old sessions")]
+
+    # An edit: incremental, into the compressed store (no rebuild, no re-conversion).
+    f = sample_project / "app" / "models.py"
+    f.write_text(f.read_text() + "\n\ndef purge_cache(cache):\n    \"\"\"Empty the cache.\"\"\"\n    cache.clear()\n")
+    rep = update_index(index, tiny_encoder, cfg)
+    assert rep.files_indexed == 1 and index.store_kind == "compressed"
+    assert index.store.stats(index.conn)["vectors"] == index.conn.execute("SELECT SUM(n_tokens) FROM chunks").fetchone()[0]
+    top = Searcher(index, tiny_encoder).search("purge_cache Empty the cache", mode="hybrid")[0]
+    assert top.symbol == "purge_cache"
+
+    cfg.index.store = "exact"
+    with pytest.raises(UsageError, match="--force"):
+        update_index(index, tiny_encoder, cfg)
+    update_index(index, tiny_encoder, cfg, force=True)
+    assert index.store_kind == "exact"
+
+
+def test_handles_of_a_long_lived_process_follow_a_conversion(sample_project, tiny_encoder):
+    """The daemon keeps one primary handle and gives each thread another (``Index.handle``);
+    when a writer handle converts the index, new handles must open the compressed store, not
+    share the primary's exact one (whose segment files the conversion deleted)."""
+    from supergrep.config import Config
+    from supergrep.index.indexer import update_index
+    from supergrep.index.project import Index
+    from supergrep.index.search import Searcher
+
+    cfg = Config()
+    cfg.index.compress_above = 10**9
+    primary = Index(sample_project)
+    update_index(primary, tiny_encoder, cfg)
+    assert isinstance(primary.store, SegmentStore)
+    before = Searcher(primary.handle(), tiny_encoder).search("expire old sessions", mode="semantic")[0]
+
+    writer = primary.handle()
+    cfg.index.store, cfg.index.centroids = "compressed", 16
+    update_index(writer, tiny_encoder, cfg)
+    reader = primary.handle()
+    assert isinstance(reader.store, CompressedStore) and reader.store is primary.store
+    assert Searcher(reader, tiny_encoder).search("expire old sessions", mode="semantic")[0].chunk_id == before.chunk_id
