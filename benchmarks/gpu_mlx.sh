@@ -61,7 +61,7 @@ run)
   ln -sfn "$nv/nvidia" "$SITE/nvidia"  # libmlx.so's RPATH: $ORIGIN/../../nvidia/{cu13,cublas,cudnn,...}/lib
   # NVRTC (MLX's JIT kernels) needs the CUDA runtime headers: site/nvidia/... or CUDA_HOME.
   [ -n "${CUDA_HOME:-}" ] || [ ! -d /usr/local/cuda/include ] || export CUDA_HOME=/usr/local/cuda
-  export PYTHONPATH="$SITE:$PWD/src" PYTHONUNBUFFERED=1 SUPERGREP_HOME=/tmp/sg HF_HUB_OFFLINE=1
+  export PYTHONPATH="$SITE:$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 SUPERGREP_HOME=/tmp/sg HF_HUB_OFFLINE=1
   mkdir -p "$OUT"
   python3 - <<'EOF' | tee "$OUT/mlx-gpu-env.json"
 import json, mlx.core as mx, torch

@@ -38,6 +38,20 @@ def test_profile_cli_components_add_up_and_files_are_written(tiny_model, pairs_f
     assert {"forward_query", "backward", "optimizer"} <= {e.get("name") for e in events}
 
 
+def test_profile_with_packing_runs_packed_steps(tiny_model, pairs_file, tmp_path):
+    from click.testing import CliRunner
+
+    from supergrep.cli import cli
+
+    got = CliRunner().invoke(cli, [
+        "profile", "--model-path", str(tiny_model), "--train-file", str(pairs_file), "--batch-size", "8",
+        "--document-max-tokens", "64", "--query-max-tokens", "16", "--device", "cpu", "--steps", "2",
+        "--warmup", "1", "--packing", "--out", str(tmp_path / "prof"), "--json"])
+    assert got.exit_code == 0, got.output
+    res = json.loads(got.output[got.output.index("{"):])
+    assert res["components_sum_ms"] == pytest.approx(res["step_ms"], rel=0.02)
+
+
 def _series(rec: MemoryRecorder, values) -> MemoryRecorder:
     for i, v in enumerate(values):
         rec.samples.append({"step": i, "t": 0.0, "rss": int(v)})

@@ -254,7 +254,7 @@ def _pad(rows: list[np.ndarray], pad_id: int, multiple: int, width: int | None =
 
 
 def collate(cache: TokenCache, rows: np.ndarray, tokenizer: RoleTokenizer, query_expansion_to: int,
-            use_negatives: bool, pad_multiple: int, epoch: int = 0, index: int = 0,
+            use_negatives: bool, pad_multiple: int, epoch: int = 0, index: int = 0, *,
             widths: tuple[int, int] | None = None, pack_to: int = 0) -> Batch:
     """Pad one batch. With query expansion, queries are filled to ``query_expansion_to`` with
     the mask token and those positions count as real query tokens (ColBERT). ``widths``

@@ -322,8 +322,8 @@ def _run(cfg: TrainConfig, resume: bool | str | Path, show_progress: bool, on_ev
                            pack_to=pack_to)
         widths = _batch_widths(train_cache, rows, cfg.hard_negatives, cfg.pad_multiple, q_expand)
         mine = shard_rows(rows, world.rank, world.size, cfg.grad_accum_steps)
-        return collate(train_cache, mine, tokenizer, q_expand, cfg.hard_negatives, cfg.pad_multiple, e, i, widths,
-                       pack_to)
+        return collate(train_cache, mine, tokenizer, q_expand, cfg.hard_negatives, cfg.pad_multiple, e, i,
+                       widths=widths, pack_to=pack_to)
 
     val_batches: list[Batch] = []
     if val_cache is not None:

@@ -194,7 +194,7 @@ def run_profile(cfg: TrainConfig, steps: int = 20, warmup: int = 3, trace: str |
 
     def make(rows: np.ndarray, e: int, i: int) -> Batch:
         t = time.perf_counter()
-        b = collate(train_cache, rows, tokenizer, q_expand, cfg.hard_negatives, cfg.pad_multiple, e, i, pack_to)
+        b = collate(train_cache, rows, tokenizer, q_expand, cfg.hard_negatives, cfg.pad_multiple, e, i, pack_to=pack_to)
         with lock:
             collate_s.append(time.perf_counter() - t)
         return b
