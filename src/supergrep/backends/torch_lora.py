@@ -23,6 +23,9 @@ class LoRALinear(nn.Module):
     ``lora_B`` starts at zero, so a fresh adapter leaves the outputs unchanged.
     """
 
+    # Quantization-aware training replaces the forward (backends/torch_quant.py: enable_qat).
+    weight_fake_quant = None
+
     def __init__(self, base: nn.Linear, r: int, alpha: float, dropout: float = 0.0):
         super().__init__()
         self.base = base
@@ -54,6 +57,8 @@ class LoRALinear(nn.Module):
         return cls(base, r, alpha, dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.weight_fake_quant is not None:
+            return self.weight_fake_quant(self, x)
         out = self.base(x)
         a = self.lora_A.to(x.dtype)
         b = self.lora_B.to(x.dtype)

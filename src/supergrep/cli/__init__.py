@@ -21,8 +21,10 @@ import click  # noqa: E402
 from supergrep import __version__  # noqa: E402
 from supergrep.cli.cmd_eval import eval_cmd  # noqa: E402
 from supergrep.cli.cmd_eval_pairs import eval_pairs_cmd  # noqa: E402
+from supergrep.cli.cmd_export import export_cmd  # noqa: E402
 from supergrep.cli.cmd_index import index_cmd  # noqa: E402
 from supergrep.cli.cmd_merge import merge_cmd  # noqa: E402
+from supergrep.cli.cmd_quantize import quantize_cmd  # noqa: E402
 from supergrep.cli.cmd_search import search_cmd  # noqa: E402
 from supergrep.cli.cmd_status import chunks_cmd, clean_cmd, files_cmd, status_cmd  # noqa: E402
 from supergrep.cli.cmd_train import train_cmd  # noqa: E402
@@ -61,11 +63,13 @@ def cli() -> None:
       supergrep eval-pairs --pairs val.jsonl              docstring -> code retrieval
       supergrep train --train-file pairs.jsonl           fine-tune (LoRA), see docs/training.md
       supergrep merge CHECKPOINT -o DIR                  fold the adapter into a plain model
+      supergrep quantize MODEL_DIR -o DIR --bits 8|4     int8/int4 weights
+      supergrep export onnx|coreml MODEL_DIR -o OUT      deployment forms (--backend onnx)
     """
 
 
 for _cmd in (search_cmd, index_cmd, status_cmd, files_cmd, chunks_cmd, clean_cmd, eval_cmd, eval_pairs_cmd,
-             train_cmd, merge_cmd):
+             train_cmd, merge_cmd, quantize_cmd, export_cmd):
     cli.add_command(_cmd)
 
 

@@ -63,7 +63,8 @@ class IndexReport:
 def model_record(encoder: Encoder) -> dict:
     spec = encoder.spec
     return {"name": spec.name, "fingerprint": encoder.fingerprint, "dim": encoder.dim,
-            "layout": spec.layout, "path": str(spec.path)}
+            "layout": spec.layout, "path": str(spec.path), "form": spec.form,
+            "compatible": encoder.compatible_fingerprints[1:]}
 
 
 @dataclass
@@ -184,10 +185,10 @@ def update_index(index: Index, encoder: Encoder, cfg: Config | None = None, forc
             if force:
                 index.wipe()
             else:
-                index.check_model(model["fingerprint"], model["name"])
+                index.check_model(model["fingerprint"], model["name"], model["compatible"])
         if not index.exists():
             index.wipe()  # leftovers of a crash during creation
-            index.create(model)
+            index.create(model, cfg.encode.vector_dtype)
         run = _Run(index, encoder, cfg, progress)
         index.store.maintain(index.conn)  # clears orphans a crash may have left
 
