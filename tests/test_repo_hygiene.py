@@ -42,5 +42,5 @@ def test_ruff_clean():
     exe = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
     if not Path(exe).exists():
         pytest.skip("ruff is not installed (pip install -e '.[dev]')")
-    out = subprocess.run([exe, "check", "src", "tests"], cwd=SRC.parents[1], capture_output=True, text=True)
+    out = subprocess.run([exe, "check", "--no-cache", "src", "tests"], cwd=SRC.parents[1], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout[-3000:]

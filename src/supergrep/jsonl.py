@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+import lzma
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,7 +12,8 @@ from supergrep.errors import InputError
 
 
 def read_jsonl(path: str | Path, what: str = "file") -> Iterator[tuple[str, dict]]:
-    """Yield ``("<path>:<line>", object)`` for every non-blank line of a JSON Lines file.
+    """Yield ``("<path>:<line>", object)`` for every non-blank line of a JSON Lines file
+    (``.gz`` and ``.xz`` files are decompressed).
 
     Raises:
         InputError: the file is missing, unreadable or not UTF-8, or a line is not a JSON
@@ -19,10 +22,14 @@ def read_jsonl(path: str | Path, what: str = "file") -> Iterator[tuple[str, dict
     path = Path(path)
     try:
         raw = path.read_bytes()
+        if path.suffix == ".gz":
+            raw = gzip.decompress(raw)
+        elif path.suffix == ".xz":
+            raw = lzma.decompress(raw)
     except FileNotFoundError:
         raise InputError(f"{what} {path} does not exist") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {what} {path}: {exc.strerror}") from None
+    except (OSError, EOFError, lzma.LZMAError) as exc:
+        raise InputError(f"cannot read {what} {path}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from tiny_models import (
     make_bert,
     make_mpnet,

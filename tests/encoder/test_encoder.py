@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tiny_models import T5_MODELS, hf_tokenizer, reference_vectors
 
 from supergrep.encoder import Encoder, resolve_model
+from tiny_models import T5_MODELS, hf_tokenizer, reference_vectors
 
 DOCS = [
     "def parse_config(path):\n    return json.load(open(path))",

@@ -7,10 +7,10 @@ import shutil
 
 import pytest
 import torch
-from tiny_models import IDENTITY, random_dense, save_dense
 
 from supergrep.encoder import Encoder, resolve_model
 from supergrep.errors import ModelError
+from tiny_models import IDENTITY, random_dense, save_dense
 
 
 def _raises(match: str, fn, *args, **kwargs) -> str:

@@ -9,9 +9,9 @@ import os
 import shutil
 
 import torch
-from tiny_models import make_bert, random_dense, save_dense
 
 from supergrep.encoder.spec import resolve_model
+from tiny_models import make_bert, random_dense, save_dense
 
 
 def _fp(path) -> str:

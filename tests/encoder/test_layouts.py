@@ -8,10 +8,10 @@ import subprocess
 import sys
 
 import pytest
-from tiny_models import T5_MODELS, make_bert, make_pylate, make_supergrep, random_dense, save_dense
 
 from supergrep.encoder.spec import EncoderSettings, default_model_dir, resolve_model
 from supergrep.errors import ModelError
+from tiny_models import T5_MODELS, make_bert, make_pylate, make_supergrep, random_dense, save_dense
 
 
 @pytest.mark.parametrize("name,model_type", [("bert", "bert"), ("mpnet", "mpnet"), ("roberta", "roberta")])

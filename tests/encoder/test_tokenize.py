@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from tiny_models import T5_MODELS, hf_tokenizer
 
 from supergrep.encoder.spec import resolve_model
 from supergrep.encoder.tokenize import RoleTokenizer
 from supergrep.errors import ModelError
+from tiny_models import T5_MODELS, hf_tokenizer
 
 TEXTS = [
     "def parse_config(path):\n    return json.load(open(path))",

@@ -66,9 +66,12 @@ def test_a_target_that_matches_nothing_is_an_error(tiny_model, pairs_file, tmp_p
         trainer_and_batch(cfg_for(tiny_model, pairs_file, tmp_path, lora_target_modules=["query", "nonexistent"]))
 
 
-def test_cached_contrastive_gives_the_same_gradients_as_plain(tiny_model, pairs_file, tmp_path):
-    plain, batch = trainer_and_batch(cfg_for(tiny_model, pairs_file, tmp_path))
-    cached, _ = trainer_and_batch(cfg_for(tiny_model, pairs_file, tmp_path, cached_contrastive=True, mini_batch_size=3))
+@pytest.mark.parametrize("distill_weight", [0.0, 1.0])
+def test_cached_contrastive_gives_the_same_gradients_as_plain(tiny_model, pairs_file, tmp_path, distill_weight):
+    plain, batch = trainer_and_batch(cfg_for(tiny_model, pairs_file, tmp_path, distill_weight=distill_weight))
+    cached, _ = trainer_and_batch(cfg_for(tiny_model, pairs_file, tmp_path, cached_contrastive=True, mini_batch_size=3,
+                                          distill_weight=distill_weight))
+    assert plain.needs_teacher == (distill_weight > 0)
     for t in (plain, cached):
         t.model.eval()  # no dropout: the two must agree to rounding
         t.train_step(batch, 1e-3)  # one real step, so every LoRA B is non-zero
@@ -180,3 +183,19 @@ def test_merge_is_exact_and_complete(tiny_model, pairs_file, tmp_path):
     with pytest.raises(ModelError, match="refusing to write a partial merge"):
         merge_checkpoint(ck, tmp_path / "merged2")
     assert not (tmp_path / "merged2").exists()
+
+
+def test_distillation_teacher_is_the_untouched_base(tiny_model, pairs_file, tmp_path):
+    """The teacher's vectors are the base's (LoRA off), and stay so while the student trains."""
+    from supergrep.encoder.encoder import Encoder
+    from supergrep.encoder.spec import resolve_model
+
+    trainer, batch = trainer_and_batch(cfg_for(tiny_model, pairs_file, tmp_path, distill_weight=1.0))
+    for _ in range(3):
+        loss, _ = trainer.train_step(batch, 1e-2)
+        assert torch.isfinite(loss)
+    q_ids, q_mask, _, _ = trainer._to_device(batch)
+    teacher = trainer._teacher_vectors(q_ids, q_mask).numpy()
+    base = Encoder(resolve_model(tiny_model), device="cpu").backend.forward(batch.q_ids, batch.q_mask)
+    rows = batch.q_mask
+    np.testing.assert_allclose(teacher[rows], base[rows], atol=1e-5)

@@ -39,6 +39,44 @@ class Backend(Protocol):
         ...
 
 
+class Trainer(Protocol):
+    """What the training loop (``supergrep.train.loop``) needs from a backend's trainer.
+
+    Built with ``(spec, cfg: TrainConfig, lora: LoRAConfig, loss_fn)``; ``loss_fn(ops, q, q_mask,
+    d, d_mask) -> (loss, accuracy)`` comes from ``supergrep.train.losses`` and the trainer
+    passes its own ops. Values returned by ``train_step``/``eval_batch`` stay on the device
+    until ``to_host`` reads a window of them back in one sync.
+    """
+
+    name: str
+    adapted: list[str]  # the module paths that received LoRA adapters
+    oom_events: int
+
+    def train_step(self, batch, lr: float) -> tuple[object, object]:
+        """One optimizer step on a ``supergrep.train.data.Batch``: (loss, accuracy), lazily."""
+        ...
+
+    def eval_batch(self, batch) -> tuple[object, object]: ...
+
+    def to_host(self, values: list) -> list[float]: ...
+
+    def memory(self) -> dict: ...
+
+    def adapter_weights(self) -> dict[str, np.ndarray]:
+        """LoRA weights in PEFT naming (``base_model.model.<path>.lora_A.weight``), float32."""
+        ...
+
+    def projection(self) -> tuple[np.ndarray, bool]:
+        """(head weight (out, in) float32, whether it replaces the base's own last Dense)."""
+        ...
+
+    def state(self) -> tuple[dict[str, np.ndarray], dict]:
+        """(tensors, JSON meta) for an exact resume: params, optimizer moments, RNG."""
+        ...
+
+    def load_state(self, tensors: dict[str, np.ndarray], meta: dict) -> None: ...
+
+
 # name -> "module:factory". Kept as strings so that importing this table imports no framework.
 _BACKENDS = {
     "torch": "supergrep.backends.torch_backend:TorchBackend",

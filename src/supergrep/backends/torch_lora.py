@@ -34,6 +34,7 @@ class LoRALinear(nn.Module):
         self.lora_B = nn.Parameter(torch.zeros(base.out_features, r, dtype=torch.float32, device=base.weight.device))
         nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))  # PEFT's default init of A
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.enabled = True  # False: behave as the base layer (the distillation teacher)
 
     # Model code sometimes reads a projection's weight directly (T5's ``wo.weight.dtype``).
     @property
@@ -57,6 +58,8 @@ class LoRALinear(nn.Module):
         return cls(base, r, alpha, dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.enabled:
+            return self.base(x)
         if self.weight_fake_quant is not None:
             return self.weight_fake_quant(self, x)
         out = self.base(x)

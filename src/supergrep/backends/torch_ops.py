@@ -50,3 +50,6 @@ class TorchOps:
 
     def relu(self, x: torch.Tensor) -> torch.Tensor:
         return torch.relu(x)
+
+    def exp(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.exp(x)

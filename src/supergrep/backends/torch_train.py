@@ -107,6 +107,11 @@ class TorchTrainer:
                 p.requires_grad_(False)
         self.model = model.to(self.device)
         self.proj = nn.Sequential(*frozen, self.head.module).to(self.device)
+        # The distillation teacher: the base as it was (LoRA off, the base's own projections).
+        self.needs_teacher = bool(getattr(loss_fn, "needs_teacher", False))
+        self.teacher_head = nn.Sequential(*[build_dense(d) for d in spec.dense]).to(self.device).eval()
+        for p in self.teacher_head.parameters():
+            p.requires_grad_(False)
         if cfg.gradient_checkpointing:
             if not hasattr(model, "gradient_checkpointing_enable"):
                 raise UsageError(f"gradient checkpointing is not available for {spec.model_type} models")
@@ -185,8 +190,39 @@ class TorchTrainer:
     def encode(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self._encode_impl(ids, mask)
 
-    def _loss(self, q, qm, d, dm) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.loss_fn(self.ops, q, qm, d, dm)
+    @torch.no_grad()
+    def _teacher_vectors(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The frozen base's token vectors (LoRA off, eval mode: no dropout, no RNG used)."""
+        from supergrep.backends.torch_lora import lora_modules
+
+        mods = lora_modules(self.model).values()
+        was_training = self.model.training
+        self.model.eval()
+        for m in mods:
+            m.enabled = False
+        try:
+            out = []
+            for s in range(0, ids.shape[0], self.mini):
+                with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
+                                    enabled=self.amp_dtype is not None):
+                    hidden = self.model(input_ids=ids[s : s + self.mini],
+                                        attention_mask=mask[s : s + self.mini].long()).last_hidden_state
+                    vecs = self.teacher_head(hidden)
+                out.append(nn.functional.normalize(vecs.float(), p=2, dim=-1))
+            return torch.cat(out)
+        finally:
+            for m in mods:
+                m.enabled = True
+            self.model.train(was_training)
+
+    def _teacher(self, q_ids, q_mask, d_ids, d_mask) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(query vectors, document vectors) of the frozen base, for the distillation term."""
+        if not self.needs_teacher:
+            return None
+        return self._teacher_vectors(q_ids, q_mask), self._teacher_vectors(d_ids, d_mask)
+
+    def _loss(self, q, qm, d, dm, teacher=None) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.loss_fn(self.ops, q, qm, d, dm, teacher)
 
     def _to_device(self, batch: Batch):
         pin = self.device.type == "cuda"
@@ -206,7 +242,8 @@ class TorchTrainer:
         k = self.cfg.grad_accum_steps
         n_q = q_ids.shape[0]
         if k == 1:
-            loss, acc = self._loss(self.encode(q_ids, q_mask), q_mask, self.encode(d_ids, d_mask), d_mask)
+            teacher = self._teacher(q_ids, q_mask, d_ids, d_mask)
+            loss, acc = self._loss(self.encode(q_ids, q_mask), q_mask, self.encode(d_ids, d_mask), d_mask, teacher)
             self._backward(loss)
             return loss.detach(), acc.detach()
         # Plain accumulation: each micro-batch only sees its own documents as negatives.
@@ -217,8 +254,9 @@ class TorchTrainer:
             rows = list(range(s, s + size))
             negs = [n_q + r * n_neg + j for r in rows for j in range(n_neg)]
             sel = torch.tensor(rows + negs, device=self.device)
+            teacher = self._teacher(q_ids[s : s + size], q_mask[s : s + size], d_ids[sel], d_mask[sel])
             loss, acc = self._loss(self.encode(q_ids[s : s + size], q_mask[s : s + size]), q_mask[s : s + size],
-                                   self.encode(d_ids[sel], d_mask[sel]), d_mask[sel])
+                                   self.encode(d_ids[sel], d_mask[sel]), d_mask[sel], teacher)
             self._backward(loss / k)
             losses.append(loss.detach())
             accs.append(acc.detach())
@@ -239,12 +277,13 @@ class TorchTrainer:
             rep.backward(grads[s : s + self.mini])
 
     def _step_cached(self, q_ids, q_mask, d_ids, d_mask) -> tuple[torch.Tensor, torch.Tensor]:
+        teacher = self._teacher(q_ids, q_mask, d_ids, d_mask)
         q, q_states = self._embed_cached(q_ids, q_mask)  # (n_q, q_len, dim), no graph
         d, d_states = self._embed_cached(d_ids, d_mask)
         after = _RandState(self.device)  # where an uninterrupted RNG stream would continue
         q.requires_grad_(True)
         d.requires_grad_(True)
-        loss, acc = self._loss(q, q_mask, d, d_mask)
+        loss, acc = self._loss(q, q_mask, d, d_mask, teacher)
         self._backward(loss)  # gradients w.r.t. the embeddings only
         q_grad, d_grad = q.grad, d.grad
         self._replay_backward(q_ids, q_mask, q_grad, q_states)

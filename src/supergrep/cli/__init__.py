@@ -24,6 +24,7 @@ from supergrep.cli.cmd_eval_pairs import eval_pairs_cmd  # noqa: E402
 from supergrep.cli.cmd_export import export_cmd  # noqa: E402
 from supergrep.cli.cmd_index import index_cmd  # noqa: E402
 from supergrep.cli.cmd_merge import merge_cmd  # noqa: E402
+from supergrep.cli.cmd_mine import mine_cmd  # noqa: E402
 from supergrep.cli.cmd_quantize import quantize_cmd  # noqa: E402
 from supergrep.cli.cmd_search import search_cmd  # noqa: E402
 from supergrep.cli.cmd_status import chunks_cmd, clean_cmd, files_cmd, status_cmd  # noqa: E402
@@ -69,7 +70,7 @@ def cli() -> None:
 
 
 for _cmd in (search_cmd, index_cmd, status_cmd, files_cmd, chunks_cmd, clean_cmd, eval_cmd, eval_pairs_cmd,
-             train_cmd, merge_cmd, quantize_cmd, export_cmd):
+             mine_cmd, train_cmd, merge_cmd, quantize_cmd, export_cmd):
     cli.add_command(_cmd)
 
 

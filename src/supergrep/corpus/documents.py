@@ -43,6 +43,7 @@ class Pair:
     repo: str = ""
     split: str = ""
     negatives: tuple[str, ...] = field(default=())  # document texts of hard negatives
+    docstring: str = ""  # the full cleaned docstring the query's summary came from
 
     def document(self) -> str:
         return code_document(self.code, self.path, self.symbol, self.language)
@@ -80,5 +81,5 @@ def load_pairs(path: str | Path, split: str | None = None, strict_split: bool = 
             raise InputError(f"{where}: 'negatives' must be a list")
         pairs.append(Pair(obj["query"], obj["code"], str(obj.get("path", "")), str(obj.get("symbol", "")),
                           str(obj.get("language", "")), str(obj.get("repo", "")), row_split,
-                          tuple(_negative(n, where) for n in negs)))
+                          tuple(_negative(n, where) for n in negs), str(obj.get("docstring", "") or "")))
     return pairs

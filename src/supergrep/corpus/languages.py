@@ -31,6 +31,14 @@ Row fields, in the order the chunker uses them:
 - ``skiplist``: tokens dropped from document embeddings. Empty by default: punctuation carries
   meaning in code.
 
+Fields read only by the pair miner (``corpus/mine.py``), never by the chunker:
+
+- ``doc_comment``: regex that a ``leading`` comment's text must match (from its start) to be
+  documentation: ``///`` and ``/** */`` but not ``//!`` (module docs) in Rust, any ``//`` in Go.
+  Empty: the language's comments are never docs.
+- ``body_docstring``: the documentation is the first statement of the body when it is a string
+  literal (Python), not a comment above the definition.
+
 Fields of the "declarations" splitter (a declaration runs from its keyword line to the next
 declaration, scope line or break line):
 
@@ -83,6 +91,8 @@ class LanguageSpec:
     block_comment: tuple[str, str] | None = None
     leading_lines: str = ""
     skiplist: tuple[str, ...] = ()
+    doc_comment: str = ""
+    body_docstring: bool = False
 
 
 def _text(node: Any, src: bytes) -> str:
@@ -138,6 +148,15 @@ def _strip_generics(name: str) -> str:
         head = stripped
     stripped = re.sub(r"\s+", "", head) + op + tail
     return stripped or name  # ``[T]`` (a Rust slice) is all brackets: keep it
+
+
+# Doc comments (``doc_comment``): Javadoc-style blocks; ``///`` lines or those blocks (never
+# ``////`` or ``//!``/``/*!`` module docs); any comment in C-family code, where plain comments
+# above a function are its documentation as often as Doxygen ones; ``#`` lines (not ``#!``).
+_DOC_JAVADOC = r"/\*\*(?![*/])"
+_DOC_SLASHES = r"///(?!/)|/\*\*(?![*/])"
+_DOC_C = r"/\*|//"
+_DOC_HASH = r"#(?!!)"
 
 
 # --- C, C++, Objective-C -------------------------------------------------------------------
@@ -368,6 +387,7 @@ def _js_row(name: str, extensions: tuple[str, ...], grammar: str, typed: bool) -
         wrappers=frozenset({"export_statement", "ambient_declaration"}),
         leading=frozenset({"comment", "decorator"}),
         name_of=_js_name,
+        doc_comment=_DOC_JAVADOC,
     )
 
 
@@ -380,6 +400,7 @@ LANGUAGES: tuple[LanguageSpec, ...] = (
         grammar="bash",
         definitions={"function_definition": "function"},
         leading=frozenset({"comment"}),
+        doc_comment=_DOC_HASH,
     ),
     LanguageSpec(
         name="c",
@@ -389,6 +410,7 @@ LANGUAGES: tuple[LanguageSpec, ...] = (
         kind_of=_c_kind,
         leading=_C_LEADING,
         name_of=_c_name,
+        doc_comment=_DOC_C,
     ),
     LanguageSpec(
         name="cpp",
@@ -404,6 +426,7 @@ LANGUAGES: tuple[LanguageSpec, ...] = (
         leading=_C_LEADING,
         name_of=_c_name,
         scope_separator="::",
+        doc_comment=_DOC_C,
     ),
     LanguageSpec(
         name="csharp",
@@ -424,6 +447,7 @@ LANGUAGES: tuple[LanguageSpec, ...] = (
         }),
         leading=frozenset({"comment"}),
         name_of=_with_body(field_name, "method_declaration"),
+        doc_comment=_DOC_SLASHES,
     ),
     LanguageSpec(
         name="css",
@@ -444,6 +468,7 @@ LANGUAGES: tuple[LanguageSpec, ...] = (
         kind_of=_go_kind,
         leading=frozenset({"comment"}),
         name_of=_go_name,
+        doc_comment=r"//(?!go:|line |\s*\+build|nolint)|/\*",  # directives are not docs
     ),
     LanguageSpec(
         name="html",
@@ -466,6 +491,7 @@ LANGUAGES: tuple[LanguageSpec, ...] = (
         containers=frozenset({"class_declaration", "interface_declaration", "enum_declaration", "record_declaration"}),
         leading=frozenset({"block_comment", "line_comment"}),
         name_of=_with_body(field_name, "method_declaration"),
+        doc_comment=_DOC_JAVADOC,
     ),
     _js_row("javascript", (".js", ".mjs", ".cjs", ".jsx"), "javascript", typed=False),
     LanguageSpec(
@@ -481,6 +507,7 @@ LANGUAGES: tuple[LanguageSpec, ...] = (
         containers=frozenset({"class_declaration", "object_declaration", "companion_object"}),
         leading=frozenset({"line_comment", "multiline_comment"}),
         name_of=_child_name("type_identifier", "simple_identifier"),
+        doc_comment=_DOC_JAVADOC,
     ),
     LanguageSpec(
         name="lean",
@@ -503,6 +530,7 @@ LANGUAGES: tuple[LanguageSpec, ...] = (
         line_comment="--",
         block_comment=("/-", "-/"),
         leading_lines=r"^\s*@\[[^\]]*\]\s*$|^(?:open|set_option)\b.*\bin\s*$",
+        doc_comment=r"/--",
     ),
     LanguageSpec(
         name="lua",
@@ -510,6 +538,7 @@ LANGUAGES: tuple[LanguageSpec, ...] = (
         grammar="lua",
         definitions={"function_declaration": "function"},
         leading=frozenset({"comment"}),
+        doc_comment=r"--",
     ),
     LanguageSpec(
         name="markdown",
@@ -532,6 +561,7 @@ LANGUAGES: tuple[LanguageSpec, ...] = (
         wrappers=frozenset({"implementation_definition"}),
         leading=_C_LEADING,
         name_of=_objc_name,
+        doc_comment=_DOC_C,
     ),
     LanguageSpec(
         name="php",
@@ -549,6 +579,7 @@ LANGUAGES: tuple[LanguageSpec, ...] = (
         leading=frozenset({"comment"}),
         name_of=_with_body(field_name, "method_declaration"),
         scope_separator="::",
+        doc_comment=_DOC_JAVADOC,
     ),
     LanguageSpec(
         name="python",
@@ -561,6 +592,7 @@ LANGUAGES: tuple[LanguageSpec, ...] = (
         containers=frozenset({"class_definition"}),
         wrappers=frozenset({"decorated_definition"}),
         # No ``leading``: a Python definition starts at its first decorator, never at a comment.
+        body_docstring=True,
     ),
     LanguageSpec(
         name="ruby",
@@ -577,6 +609,7 @@ LANGUAGES: tuple[LanguageSpec, ...] = (
         leading=frozenset({"comment"}),
         scope_separator="::",
         member_separator=".",
+        doc_comment=_DOC_HASH,
     ),
     LanguageSpec(
         name="rust",
@@ -598,6 +631,7 @@ LANGUAGES: tuple[LanguageSpec, ...] = (
         leading=frozenset({"line_comment", "block_comment", "attribute_item"}),
         name_of=_rust_name,
         scope_separator="::",
+        doc_comment=_DOC_SLASHES,
     ),
     LanguageSpec(
         name="scala",
@@ -612,6 +646,7 @@ LANGUAGES: tuple[LanguageSpec, ...] = (
         },
         containers=frozenset({"class_definition", "object_definition", "trait_definition", "enum_definition"}),
         leading=frozenset({"comment", "block_comment"}),
+        doc_comment=_DOC_JAVADOC,
     ),
     LanguageSpec(
         name="sql",
@@ -635,6 +670,7 @@ LANGUAGES: tuple[LanguageSpec, ...] = (
         containers=frozenset({"class_declaration", "protocol_declaration"}),
         leading=frozenset({"comment", "multiline_comment"}),
         name_of=_swift_name,
+        doc_comment=_DOC_SLASHES,
     ),
     LanguageSpec(
         name="text",

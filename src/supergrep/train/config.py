@@ -44,6 +44,9 @@ class TrainConfig:
     val_file: str = _f("", "Validation pairs; empty: the split=='val' rows of train_file.")
     hard_negatives: bool = _f(False, "Use each row's 'negatives' (mined hard negatives) as extra documents.")
     max_pairs: int = _f(0, "Use at most this many training pairs (0: all).")
+    query_identifier_dropout: float = _f(0.0, "Share of training pairs whose query loses every word the code already spells (identifiers, symbol, path), so they can only be matched by meaning (see train/augment.py).")
+    document_header_dropout: float = _f(0.0, "Share of training pairs whose document drops the '<path> <symbol>' header line.")
+    docstring_body_rate: float = _f(0.0, "Share of training pairs whose document keeps the docstring's body (everything after the summary the query was made from), as indexed code keeps its docstrings.")
     # -- optimisation -------------------------------------------------------------------------
     batch_size: int = _f(48, "Pairs per optimizer step (the in-batch negatives of each query).")
     grad_accum_steps: int = _f(1, "Micro-batches per step. Plain accumulation SHRINKS the negatives to batch_size / grad_accum_steps; use cached_contrastive to keep them.")
@@ -58,6 +61,8 @@ class TrainConfig:
     temperature: float = _f(0.07, "InfoNCE temperature over mean-over-query-tokens MaxSim scores.")
     margin: float = _f(0.2, "Margin between the positive and the hardest negative score.")
     margin_weight: float = _f(0.1, "Weight of the margin loss added to InfoNCE.")
+    distill_weight: float = _f(0.0, "Weight of a KL term keeping the in-batch score distribution close to the frozen base model's (no LoRA, no projection): anchors what the base did well, e.g. matching prose.")
+    distill_temperature: float = _f(0.05, "Temperature of the distillation softmaxes (teacher and student).")
     cached_contrastive: bool = _f(False, "GradCache: embed the whole batch in mini-batches without a graph, then backprop through the loss mini-batch by mini-batch, so all batch_size negatives fit in small memory.")
     mini_batch_size: int = _f(16, "Mini-batch size of cached_contrastive (and of OOM recovery).")
     # -- speed ------------------------------------------------------------------------------
@@ -95,6 +100,9 @@ class TrainConfig:
             problems.append("projection_dim must be >= 0")
         if not 0 <= self.lora_dropout < 1:
             problems.append("lora_dropout must be in [0, 1)")
+        for name in ("query_identifier_dropout", "document_header_dropout", "docstring_body_rate"):
+            if not 0 <= getattr(self, name) <= 1:
+                problems.append(f"{name} must be in [0, 1]")
         if self.batch_size % self.grad_accum_steps:
             problems.append("batch_size must be a multiple of grad_accum_steps")
         if self.max_steps <= 0 and self.epochs <= 0:

@@ -26,6 +26,12 @@ from supergrep.encoder.tokenize import RoleTokenizer
 from supergrep.errors import ConfigError, InputError, TrainingError, UsageError
 from supergrep.faults import crashpoint
 from supergrep.train import checkpoint as ckpt
+from supergrep.train.augment import (
+    chosen,
+    docstring_body,
+    drop_identifier_words,
+    with_docstring_body,
+)
 from supergrep.train.config import TrainConfig
 from supergrep.train.data import (
     Batch,
@@ -106,12 +112,31 @@ def base_reference(spec: ModelSpec) -> str:
 
 
 def make_trainer(cfg: TrainConfig, spec: ModelSpec, lora: LoRAConfig):
-    loss = contrastive_loss(cfg.temperature, cfg.margin, cfg.margin_weight)
+    loss = contrastive_loss(cfg.temperature, cfg.margin, cfg.margin_weight, cfg.distill_weight,
+                            cfg.distill_temperature)
     if cfg.backend == "torch":
         from supergrep.backends.torch_train import TorchTrainer
 
         return TorchTrainer(spec, cfg, lora, loss)
     raise UsageError(f"the '{cfg.backend}' training backend is not available in this build; use backend: torch")
+
+
+def augment_pairs(pairs: list, cfg: TrainConfig) -> list:
+    """Apply the query/document augmentations to seeded subsets of the training pairs."""
+    out = []
+    for i, p in enumerate(pairs):
+        if chosen(cfg.seed, i, cfg.query_identifier_dropout):
+            q = drop_identifier_words(p.query, p.document())
+            if q is not None:
+                p = dataclasses.replace(p, query=q)
+        if chosen(cfg.seed + 1, i, cfg.document_header_dropout):
+            p = dataclasses.replace(p, path="", symbol="")
+        if p.docstring and chosen(cfg.seed + 2, i, cfg.docstring_body_rate):
+            body = docstring_body(p.docstring)
+            if body:
+                p = dataclasses.replace(p, code=with_docstring_body(p.code, body, p.language))
+        out.append(p)
+    return out
 
 
 def _load_data(cfg: TrainConfig, spec: ModelSpec, tokenizer: RoleTokenizer) -> tuple[TokenCache, TokenCache | None]:
@@ -124,13 +149,16 @@ def _load_data(cfg: TrainConfig, spec: ModelSpec, tokenizer: RoleTokenizer) -> t
         train = [train[i] for i in keep]
     if not cfg.hard_negatives:
         train = [dataclasses.replace(p, negatives=()) for p in train]
+    train = augment_pairs(train, cfg)
     if len(train) < cfg.batch_size:
         raise InputError(f"{train_path} has {len(train)} training pairs, fewer than batch_size {cfg.batch_size}")
     val_path = Path(cfg.val_file) if cfg.val_file else train_path
     val = load_pairs(val_path, split="val", strict_split=not cfg.val_file)
     val = [dataclasses.replace(p, negatives=()) for p in val]
     train_cache = cached_tokens(train, train_path, spec, tokenizer,
-                                f"train|{cfg.max_pairs}|{cfg.seed}|{cfg.hard_negatives}")
+                                f"train|{cfg.max_pairs}|{cfg.seed}|{cfg.hard_negatives}|"
+                                f"{cfg.query_identifier_dropout}|{cfg.document_header_dropout}|"
+                                f"{cfg.docstring_body_rate}")
     val_cache = cached_tokens(val, val_path, spec, tokenizer, "val") if len(val) >= 2 else None
     return train_cache, val_cache
 
@@ -291,6 +319,8 @@ def run_training(cfg: TrainConfig, resume: bool | str | Path = False, show_progr
     prefetch = Prefetcher(plan(), make, cfg.prefetch_batches)
     next_pos = (epoch, index)
     try:
+        if step == 0 and cfg.eval_every:
+            validate()  # the starting point (LoRA at zero): the reference every later figure is read against
         it = iter(prefetch)
         while step < total:
             t_wait = time.perf_counter()

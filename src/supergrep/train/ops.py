@@ -50,3 +50,6 @@ class NumpyOps:
 
     def relu(self, x: Any) -> Any:
         return np.maximum(x, 0.0)
+
+    def exp(self, x: Any) -> Any:
+        return np.exp(x)

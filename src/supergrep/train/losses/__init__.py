@@ -6,19 +6,25 @@ backend passes its tensors together with its ``ops`` (see ``supergrep.train.ops`
 
 from typing import Any
 
+from supergrep.train.losses.distill import Distill, distill_loss
 from supergrep.train.losses.infonce import InfoNCE, infonce_loss
 from supergrep.train.losses.margin import Margin, margin_loss
 from supergrep.train.losses.maxsim import maxsim_scores
 
-__all__ = ["InfoNCE", "Margin", "contrastive_loss", "infonce_loss", "margin_loss", "maxsim_scores"]
+__all__ = ["Distill", "InfoNCE", "Margin", "contrastive_loss", "distill_loss", "infonce_loss", "margin_loss",
+           "maxsim_scores"]
 
 
-def contrastive_loss(temperature: float = 0.07, margin: float = 0.2, margin_weight: float = 0.1):
-    """The training objective: InfoNCE over MaxSim + ``margin_weight`` * margin loss.
+def contrastive_loss(temperature: float = 0.07, margin: float = 0.2, margin_weight: float = 0.1,
+                     distill_weight: float = 0.0, distill_temperature: float = 0.05):
+    """The training objective: InfoNCE over MaxSim + ``margin_weight`` * margin loss
+    (+ ``distill_weight`` * KL to a teacher's scores, when the trainer passes them).
 
     Returns:
-        ``fn(ops, q, q_mask, d, d_mask) -> (loss, accuracy)``, where accuracy is the share of
-        queries whose own document scores highest in the batch.
+        ``fn(ops, q, q_mask, d, d_mask, teacher=None) -> (loss, accuracy)``, where accuracy is
+        the share of queries whose own document scores highest in the batch and ``teacher`` is
+        the teacher's (query vectors, document vectors) for the same batch (same masks).
+        ``fn.needs_teacher`` tells the trainer to compute them.
 
     >>> import numpy as np
     >>> from supergrep.train.ops import NumpyOps
@@ -28,16 +34,20 @@ def contrastive_loss(temperature: float = 0.07, margin: float = 0.2, margin_weig
     >>> round(float(loss), 4), float(acc)  # InfoNCE log(1 + e^-1); margin 0: positives win by 1
     (0.3133, 1.0)
     """
-    info, marg = InfoNCE(temperature), Margin(margin)
+    info, marg, dist = InfoNCE(temperature), Margin(margin), Distill(distill_temperature)
 
-    def fn(ops: Any, q: Any, q_mask: Any, d: Any, d_mask: Any):
+    def fn(ops: Any, q: Any, q_mask: Any, d: Any, d_mask: Any, teacher: Any = None):
         scores = maxsim_scores(ops, q, q_mask, d, d_mask)  # (n_q, n_d)
         loss = infonce_loss(ops, scores, info)
         if margin_weight:
             loss = loss + margin_weight * margin_loss(ops, scores, marg)
+        if distill_weight and teacher is not None:
+            t_scores = maxsim_scores(ops, teacher[0], q_mask, teacher[1], d_mask)  # (n_q, n_d)
+            loss = loss + distill_weight * distill_loss(ops, scores, t_scores, dist)
         n_q = ops.shape(scores)[0]
         positive = ops.diagonal(scores)[:n_q]
         acc = ops.mean(ops.astype_float(positive >= ops.max(scores, axis=1)))
         return loss, acc
 
+    fn.needs_teacher = bool(distill_weight)  # type: ignore[attr-defined]
     return fn

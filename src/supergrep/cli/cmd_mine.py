@@ -1,0 +1,122 @@
+"""`supergrep mine PATH... -o pairs.jsonl`: (docstring -> code) training pairs."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from supergrep.cli.common import Options, common_options
+from supergrep.cli.output import echo_json
+from supergrep.corpus.mine import MineConfig, MineStats, minable_languages, mine
+
+_FIELDS = {f.name: f for f in dataclasses.fields(MineConfig)}
+
+
+def _default(name: str) -> Any:
+    f = _FIELDS[name]
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def _opt(name: str, *decls: str, **kw: Any):
+    """A click option whose default and help come from MineConfig (the only source of both)."""
+    f = _FIELDS[name]
+    kw.setdefault("help", f.metadata["help"])
+    if "multiple" not in kw and not kw.get("is_flag"):
+        kw.setdefault("default", _default(name))
+        kw.setdefault("show_default", True)
+    return click.option(*decls, name, **kw)
+
+
+def _counts(d: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(d.items(), key=lambda kv: (-kv[1], kv[0]))) or "none"
+
+
+def describe(stats: MineStats) -> list[str]:
+    rate = stats.lines / stats.seconds * 60 if stats.seconds else 0.0
+    return [
+        f"{stats.pairs} pairs from {stats.files} files ({stats.lines} lines, {stats.definitions} definitions) "
+        f"in {stats.seconds:.1f} s ({rate:,.0f} lines/min) -> {stats.output}",
+        f"  by language: {_counts(stats.by_language)}",
+        f"  by split: {_counts(stats.by_split)}",
+        f"  skipped files: {_counts(stats.skipped_files)}",
+        f"  dropped definitions: {_counts(stats.dropped)}",
+    ]
+
+
+class _Progress:
+    """Files and pairs so far, on stderr, only when stderr is a terminal."""
+
+    def __init__(self) -> None:
+        self.bar = None
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(desc="mining", unit="file", file=sys.stderr, leave=False, dynamic_ncols=True)
+
+    def __call__(self, files: int, pairs: int) -> None:
+        if self.bar is not None:
+            self.bar.update(files - self.bar.n)
+            if files % 200 == 0:
+                self.bar.set_postfix(pairs=pairs, refresh=False)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+@click.command("mine")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="JSON Lines file to write (atomically: a temporary file renamed into place).")
+@_opt("min_doc_words", "--min-doc-words", type=click.IntRange(0))
+@_opt("max_query_words", "--max-query-words", type=click.IntRange(0))
+@_opt("min_code_lines", "--min-code-lines", type=click.IntRange(0))
+@_opt("min_code_chars", "--min-code-chars", type=click.IntRange(0))
+@_opt("max_code_lines", "--max-code-lines", type=click.IntRange(1))
+@_opt("max_file_bytes", "--max-file-bytes", type=click.IntRange(1))
+@_opt("include_tests", "--include-tests/--no-include-tests")
+@_opt("include_generated", "--include-generated/--no-include-generated")
+@_opt("dedupe", "--dedupe/--no-dedupe")
+@_opt("max_per_query", "--max-per-query", type=click.IntRange(0))
+@_opt("split_by", "--split-by", type=click.Choice(["package", "file"]))
+@_opt("val_fraction", "--val-fraction", type=click.FloatRange(0.0, 1.0))
+@_opt("exclude", "--exclude", metavar="PKG", multiple=True,
+      help=f"Also leave out this package (repeatable); always excluded unless --no-default-excludes: "
+           f"{', '.join(_default('exclude'))}.")
+@click.option("--no-default-excludes", is_flag=True,
+              help="Do not exclude the evaluation packages listed under --exclude (never for training data).")
+@_opt("repo_name", "--repo-name", metavar="NAME", show_default=False)
+@_opt("languages", "-t", "--type", metavar="LANG", multiple=True,
+      help=f"Only this language (repeatable): {', '.join(minable_languages())}.")
+@_opt("respect_ignore_files", "--ignore-files/--no-ignore-files")
+@_opt("jobs", "-j", "--jobs", type=click.IntRange(0))
+@click.option("--json", "as_json", is_flag=True, help="Print the run's statistics as one JSON object.")
+@common_options(model_path=False)
+def mine_cmd(paths: tuple[Path, ...], output: Path, exclude: tuple[str, ...], no_default_excludes: bool,
+             languages: tuple[str, ...], as_json: bool, opts: Options, **settings: Any) -> None:
+    """Mine (docstring -> code) pairs from PATHs (directories or files) into JSON Lines.
+
+    One line per documented definition: query (the docstring's summary), code (the definition
+    without its docstring), docstring, language, repo, path, symbol, kind, start_line, end_line,
+    split (train/val), doc_words, code_lines. Exit status 1 when no pair was mined.
+
+        supergrep mine /usr/lib/python3.11 .venv/lib/python3.11/site-packages -o pairs.jsonl
+    """
+    base = [] if no_default_excludes else _default("exclude")
+    cfg = MineConfig(**settings, exclude=[*base, *exclude], languages=list(languages))
+    progress = _Progress()
+    try:
+        stats = mine(list(paths), output, cfg, progress=progress)
+    finally:
+        progress.close()
+    if as_json:
+        echo_json(stats.to_dict())
+    else:
+        for line in describe(stats):
+            click.echo(line)
+    if stats.pairs == 0:
+        raise SystemExit(1)
