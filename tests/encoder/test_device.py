@@ -53,8 +53,8 @@ def test_encoder_with_cuda_device_is_a_usage_error(zoo):
 def test_unknown_backend(zoo):
     from supergrep.encoder import resolve_model
 
-    assert available_backends() == ["torch"]
-    with pytest.raises(UsageError, match="unknown backend 'jax'; choose one of: torch"):
+    assert available_backends() == ["onnx", "torch"]
+    with pytest.raises(UsageError, match="unknown backend 'jax'; choose one of: onnx, torch"):
         load_backend("jax", resolve_model(zoo.path("bert")))
 
 
