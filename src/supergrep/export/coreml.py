@@ -39,6 +39,17 @@ def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
+def import_coremltools():
+    """coremltools, without its import-time chatter (untested-torch-version warnings, and on
+    Linux one line per missing macOS runtime proxy), or a one-line UsageError."""
+    logging.getLogger("coremltools").setLevel(logging.ERROR)
+    try:
+        import coremltools
+    except ImportError:
+        raise UsageError("coremltools is not installed; pip install 'supergrep[export]'") from None
+    return coremltools
+
+
 def export_coreml(model_dir: Path | str, output: Path | str, max_batch: int = 64, max_length: int = 0,
                   precision: str = "float16", force: bool = False) -> CoreMLReport:
     """Convert ``model_dir`` to a Core ML ML Program at ``output`` (``*.mlpackage``).
@@ -48,15 +59,6 @@ def export_coreml(model_dir: Path | str, output: Path | str, max_batch: int = 64
         max_length: Longest input (default: the model's document_max_tokens).
         precision: "float16" (what the Neural Engine runs) or "float32".
     """
-    try:
-        import coremltools as ct
-    except ImportError:
-        raise UsageError("coremltools is not installed; pip install 'supergrep[export]'") from None
-    import numpy as np
-    import torch
-
-    from supergrep.export.onnx_graph import _copy_tokenizer, _vocab_size, token_vectors_module
-
     if precision not in ("float16", "float32"):
         raise UsageError(f"--precision must be float16 or float32, not {precision!r}")
     output = Path(output)
@@ -67,6 +69,12 @@ def export_coreml(model_dir: Path | str, output: Path | str, max_batch: int = 64
     spec = resolve_model(model_dir)
     if spec.onnx_file is not None:
         raise UsageError(f"{model_dir} is an ONNX export; convert the float model directory instead")
+    ct = import_coremltools()
+    import numpy as np
+    import torch
+
+    from supergrep.export.onnx_graph import _copy_tokenizer, _vocab_size, token_vectors_module
+
     max_length = max_length or max(spec.settings.document_max_tokens, spec.settings.query_max_tokens)
     module, _ = token_vectors_module(spec, mask="4d")
     ids = torch.randint(5, min(1000, _vocab_size(spec)), (2, 16))
