@@ -73,7 +73,7 @@ def eval_cmd(queries_path: Path, corpora: tuple[str, ...], mode: str, model_path
     specs = [resolve_model(p) for p in (model_paths or [None])]  # fail fast on a bad path
 
     def factory(spec):
-        return lambda: make_encoder(spec, cfg, default_model=not model_paths)
+        return lambda: make_encoder(spec, cfg)
 
     def announce(corpus: str, model: str) -> None:
         if not as_json:

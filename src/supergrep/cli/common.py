@@ -84,7 +84,7 @@ class Options:
     def encoder(self, cfg: Config):
         from supergrep.encoder.spec import resolve_model
 
-        return make_encoder(resolve_model(self.model_path), cfg, default_model=self.model_path is None)
+        return make_encoder(resolve_model(self.model_path), cfg)
 
     def index(self, root: Path):
         from supergrep.index.project import Index
@@ -117,15 +117,28 @@ def cpu_only(device: str) -> bool:
     return sys.platform != "darwin" and not os.path.exists("/proc/driver/nvidia/version")
 
 
-def choose_backend(spec, cfg: Config, default_model: bool = False):
+def is_default_model(spec) -> bool:
+    """Whether ``spec`` is the embedded default model, however it was named (no --model-path,
+    $SUPERGREP_MODEL, or its directory given explicitly)."""
+    from supergrep.encoder.spec import default_model_dir
+
+    if spec.layout == "supergrep" or spec.adapter is not None:
+        return False
+    try:
+        return Path(spec.path).resolve() == default_model_dir().resolve()
+    except Exception:  # noqa: BLE001 - the default model's package is missing: not it
+        return False
+
+
+def choose_backend(spec, cfg: Config):
     """(model spec, backend name) for ``cfg.encode.backend``.
 
     - an exported ONNX directory runs on onnx (torch cannot run it);
     - ``onnx`` with a float model directory uses its int8 ONNX form, exported once into
       ``$SUPERGREP_HOME/models`` (``export.onnx_graph.cached_export``);
     - ``auto`` does the same for the default model when encoding runs on the CPU and
-      onnxruntime is installed: measured 2-3x faster indexing for < 1 point of MRR
-      (docs/deployment.md); every other model stays on torch unless asked.
+      onnxruntime is installed (DEFAULT_CPU_ONNX: measured faster for < 1 point of public-set
+      MRR, docs/deployment.md); every other model stays on torch unless asked.
     """
     from supergrep.encoder.spec import resolve_model
 
@@ -137,13 +150,13 @@ def choose_backend(spec, cfg: Config, default_model: bool = False):
             raise UsageError(f"{spec.path} is an ONNX export, which --backend torch cannot run; "
                              f"use --backend onnx (or auto)")
         return spec, "onnx"
-    fast_default = (requested == "auto" and default_model and DEFAULT_CPU_ONNX and cpu_only(cfg.encode.device)
-                    and importlib.util.find_spec("onnxruntime") is not None)
+    fast_default = (requested == "auto" and DEFAULT_CPU_ONNX and cpu_only(cfg.encode.device)
+                    and importlib.util.find_spec("onnxruntime") is not None and is_default_model(spec))
     if requested == "onnx" or fast_default:
         from supergrep.export.onnx_graph import cached_export, cached_export_dir
 
         if requested == "auto" and not (cached_export_dir(spec) / "supergrep_model.json").is_file() \
-                and (importlib.util.find_spec("onnx") is None or importlib.util.find_spec("torch") is None):
+                and importlib.util.find_spec("onnx") is None:
             return spec, "torch"  # cannot export here: stay on torch
         return resolve_model(cached_export(spec)), "onnx"
     return spec, "torch" if requested == "auto" else requested
@@ -154,10 +167,10 @@ def choose_backend(spec, cfg: Config, default_model: bool = False):
 DEFAULT_CPU_ONNX = True
 
 
-def make_encoder(spec, cfg: Config, default_model: bool = False):
+def make_encoder(spec, cfg: Config):
     """The Encoder for ``spec`` with the backend ``choose_backend`` picks."""
     from supergrep.encoder.encoder import Encoder
 
-    spec, backend = choose_backend(spec, cfg, default_model)
+    spec, backend = choose_backend(spec, cfg)
     return Encoder(spec, backend=backend, device=cfg.encode.device, batch_tokens=cfg.encode.batch_tokens,
                    threads=cfg.encode.threads)
