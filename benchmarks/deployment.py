@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -46,36 +47,34 @@ from supergrep.index.indexer import update_index  # noqa: E402
 from supergrep.index.project import Index  # noqa: E402
 from supergrep.index.search import Searcher  # noqa: E402
 
-# name -> (how it is built, backend, index vector dtype)
+# name -> (the `supergrep` command that builds it from the default model, backend, index vectors)
 FORMS = {
-    "torch-fp32": ("source", "torch", "float16"),
+    "torch-fp32": ("", "torch", "float16"),
     "torch-q8g64": ("quantize --bits 8", "torch", "float16"),
     "torch-q4g64": ("quantize --bits 4", "torch", "float16"),
     "onnx-fp32": ("export onnx", "onnx", "float16"),
     "onnx-int8": ("export onnx --int8", "onnx", "float16"),
+    "onnx-int8-all": ("export onnx --int8 --layers encoder.layer.*.output.dense=8", "onnx", "float16"),
+    "torch-fp32+int8vec": ("", "torch", "int8"),
     "onnx-int8+int8vec": ("export onnx --int8", "onnx", "int8"),
 }
 
 
 def build_forms(workdir: Path, names: list[str]) -> dict[str, Path]:
     """Model directory per form, built once (reused when present)."""
-    from supergrep.export.onnx_graph import export_onnx
-    from supergrep.export.quantized import quantize_model
-
     src = default_model_dir()
+    exe = shutil.which("supergrep", path=str(Path(sys.executable).parent)) or "supergrep"
     dirs: dict[str, Path] = {}
     for name in names:
         how = FORMS[name][0]
-        if how == "source":
+        if not how:
             dirs[name] = src
             continue
-        target = workdir / how.replace("--", "").replace(" ", "-")
+        target = workdir / name.split("+")[0]  # "+int8vec" forms share their model's directory
         if not (target / "supergrep_model.json").is_file():
-            print(f"building {name}: supergrep {how} -> {target}", file=sys.stderr)
-            if how.startswith("quantize"):
-                quantize_model(src, target, bits=int(how.split()[-1]), force=True)
-            else:
-                export_onnx(src, target, int8="--int8" in how, force=True)
+            cmd = [exe, *how.split(), str(src), "-o", str(target), "--force"]
+            print(f"building {name}: {' '.join(cmd[1:])}", file=sys.stderr)
+            subprocess.run(cmd, check=True)
         dirs[name] = target
     return dirs
 
@@ -92,10 +91,19 @@ def index_once(root: Path, encoder: Encoder, index_dir: Path, languages: list[st
     cfg.encode.vector_dtype = vector_dtype
     shutil.rmtree(index_dir, ignore_errors=True)
     index = Index(root, index_dir)
+    before = cpu_seconds()
     rep = update_index(index, encoder, cfg, force=True)
     stats = index.store.stats(index.conn)
+    stats["cpu_s"] = cpu_seconds() - before
     index.close()
     return rep, stats
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process, every thread (user + system): unlike wall time, it hardly
+    changes when other processes compete for the cores."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def pct(ms: list[float]) -> dict:
@@ -169,6 +177,7 @@ def main() -> None:
     ap.add_argument("--cold-runs", type=int, default=5)
     ap.add_argument("-t", "--type", dest="languages", action="append", default=[])
     ap.add_argument("--eval", action="store_true", help="Also run `supergrep eval` on the public set per form.")
+    ap.add_argument("--no-speed", action="store_true", help="Only sizes, parity and (with --eval) quality.")
     ap.add_argument("--corpus", action="append", default=[],
                     help="NAME=DIR for --eval (default: the public set's jinja2 and itsdangerous).")
     ap.add_argument("--out", type=Path)
@@ -191,7 +200,10 @@ def main() -> None:
             results[lib] = __import__(lib).__version__
         except ImportError:
             pass
-    encoders = {n: Encoder(resolve_model(dirs[n]), backend=FORMS[n][1], device="cpu") for n in names}
+    encoders = {} if args.no_speed else {
+        n: Encoder(resolve_model(dirs[n]), backend=FORMS[n][1], device="cpu") for n in names}
+    for e in encoders.values():
+        e.encode_documents(["def warm(): pass"])  # load every model before timing any
     for n in names:
         meta = dirs[n] / "supergrep_model.json"
         parity = json.loads(meta.read_text()).get("parity") if meta.is_file() and n != "torch-fp32" else None
@@ -200,20 +212,25 @@ def main() -> None:
                                "parity": parity, "lines_per_s_rounds": []}
     with tempfile.TemporaryDirectory() as work:
         work = Path(work)
-        encoders[names[0]].encode_documents(["def warm(): pass"])
-        for r in range(args.rounds):
+        if args.no_speed:
+            names_speed = []
+        else:
+            names_speed = names
+        for r in range(args.rounds if names_speed else 0):
             for n in (names if r % 2 == 0 else names[::-1]):  # alternate the order round by round
                 rep, stats = index_once(root, encoders[n], work / n, args.languages, FORMS[n][2])
                 f = results["forms"][n]
                 f["lines_per_s_rounds"].append(round(rep.lines_per_s, 1))
+                f.setdefault("lines_per_cpu_s_rounds", []).append(round(rep.lines_indexed / stats["cpu_s"], 1))
                 f.update(lines=rep.lines_indexed, chunks=rep.chunks, vectors=stats["vectors"],
                          index_bytes=stats["bytes"])
                 print(f"round {r + 1} {n}: {rep.lines_per_s:.0f} lines/s", file=sys.stderr)
-        base = statistics.median(results["forms"][names[0]]["lines_per_s_rounds"])
-        for n in names:
+        base = statistics.median(results["forms"][names[0]]["lines_per_s_rounds"]) if names_speed else 0
+        for n in names_speed:
             f = results["forms"][n]
             f["lines_per_s"] = round(statistics.median(f["lines_per_s_rounds"]), 1)
             f["speedup_vs_" + names[0]] = round(f["lines_per_s"] / base, 2)
+            f["lines_per_cpu_s"] = round(statistics.median(f["lines_per_cpu_s_rounds"]), 1)
             f.update(latency(root, work / n, encoders[n], queries, FORMS[n][2]))
             f["cold_cli_search"] = cold_search(root, work / n, dirs[n], FORMS[n][1], queries[: args.cold_runs])
     if args.eval:
@@ -224,7 +241,11 @@ def main() -> None:
             results["forms"][n]["eval"] = run_eval(dirs[n], FORMS[n][1], FORMS[n][2], corpora,
                                                    args.languages or ["python"], args.queries, args.workdir)
     results["load_avg_end"] = os.getloadavg()
-    print(table(results))
+    if not args.no_speed:
+        print(table(results))
+    else:
+        print(json.dumps({n: {k: f.get(k) for k in ("model_bytes", "parity", "eval")}
+                          for n, f in results["forms"].items()}, indent=1))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=2) + "\n")
@@ -237,16 +258,17 @@ def _pm(m: dict | None) -> str:
 def table(results: dict) -> str:
     names = list(results["forms"])
     base = names[0]
-    lines = [f"| form | model MB | index bytes/vector | lines/s (x {base}) | query encode p50 ms "
+    lines = [f"| form | model MB | index bytes/vector | lines/s (x {base}) | lines per CPU-s | query encode p50 ms "
              "| hybrid search p50 ms | cold search p50 s | token cosine (mean) | hybrid P@1 / MRR@10 "
              "| semantic P@1 / MRR@10 |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for n, f in results["forms"].items():
         ev = f.get("eval") or {}
         cos = f["parity"]["mean_cos"] if f.get("parity") else 1.0
         lines.append(
             f"| {n} | {f['model_bytes'] / 1e6:.1f} | {f['index_bytes'] / max(f['vectors'], 1):.0f} "
-            f"| {f['lines_per_s']:.0f} ({f['speedup_vs_' + base]:.2f}x) | {f['encode_query']['p50_ms']} "
+            f"| {f['lines_per_s']:.0f} ({f['speedup_vs_' + base]:.2f}x) | {f['lines_per_cpu_s']:.0f} "
+            f"| {f['encode_query']['p50_ms']} "
             f"| {f['hybrid_search']['p50_ms']} | {f['cold_cli_search']['p50_ms'] / 1000:.2f} | {cos:.4f} "
             f"| {_pm(ev.get('hybrid'))} | {_pm(ev.get('semantic'))} |")
     return "\n".join(lines)
