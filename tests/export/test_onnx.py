@@ -43,6 +43,14 @@ def test_int8_export_is_smaller_and_close(onnx_dirs):
     assert meta["onnx"]["int8"] and meta["form"] == "onnx-int8"
     assert meta["onnx"]["float_layers"] == ["encoder.layer.0.output.dense", "encoder.layer.1.output.dense"]
     assert meta["parity"]["mean_cos"] > 0.95
+    import onnx
+
+    graph = onnx.load(str(onnx_dirs["int8"] / "model.onnx")).graph
+    inits = {i.name: i.data_type for i in graph.initializer}
+    float_weights = [n.input[1] for n in graph.node if n.op_type == "MatMul" and n.input[1] in inits]
+    assert float_weights == []  # the float layers' weights are stored as float16, cast at load
+    casts = [n for n in graph.node if n.op_type == "Cast" and inits.get(n.input[0]) == onnx.TensorProto.FLOAT16]
+    assert len(casts) == 2  # the two FFN output projections of the tiny model
     vecs = Encoder(resolve_model(onnx_dirs["int8"]), backend="onnx", device="cpu").encode_queries(["find x"])[0]
     assert np.allclose(np.linalg.norm(vecs, axis=1), 1, atol=1e-4)
 

@@ -216,7 +216,36 @@ def _quantize_int8(src: Path, dst: Path, rules: list | None = None) -> list[str]
         _dynamic(quantize_dynamic, QuantType, onnx, src, dst, keep)
     finally:
         logging.disable(logging.NOTSET)
+    _float_weights_as_fp16(onnx, dst)
     return keep
+
+
+def _float_weights_as_fp16(onnx, path: Path) -> int:
+    """Store the weights of the MatMuls left float as float16, each behind a Cast to float32.
+
+    onnxruntime folds the Cast once when the session starts (constant folding), so inference
+    runs the same float32 MatMul; the file loses 2 bytes per weight (MiniLM's int8 export: 33.4
+    -> 26.3 MB) for a float16 rounding of those weights (relative error <= 2**-11). Returns the
+    number of weights converted."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    model = onnx.load(str(path))
+    inits = {i.name: i for i in model.graph.initializer}
+    casts = []
+    for node in model.graph.node:
+        init = inits.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) > 1 else None
+        if init is None or init.data_type != TensorProto.FLOAT:
+            continue
+        half = numpy_helper.from_array(numpy_helper.to_array(init).astype(np.float16), f"{init.name}_fp16")
+        model.graph.initializer.remove(init)
+        model.graph.initializer.append(half)
+        del inits[init.name]
+        casts.append(helper.make_node("Cast", [half.name], [init.name], to=TensorProto.FLOAT, name=f"{init.name}_cast"))
+    for node in reversed(casts):  # before their users: the graph stays topologically sorted
+        model.graph.node.insert(0, node)
+    onnx.save(model, str(path))
+    return len(casts)
 
 
 def _dynamic(quantize_dynamic, QuantType, onnx, src: Path, dst: Path, keep: list[str]) -> None:  # noqa: N803
