@@ -17,7 +17,7 @@ import numpy as np
 from supergrep.encoder.encoder import Encoder
 
 # Mean per-token cosine at or above which two forms may share an index (measured: ONNX fp32
-# 0.99999+, ONNX/torch int8 ~0.995, int4 ~0.95 for MiniLM; docs/deployment.md).
+# 0.99999+, ONNX int8 0.993, torch int8 0.9998, int4 0.93 for MiniLM; docs/deployment.md).
 COMPATIBLE_COSINE = 0.99
 
 QUERIES = (
