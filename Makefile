@@ -33,7 +33,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	@touch $@
 
 $(VENV)/.dev: $(VENV)/.installed
-	$(PIP) install -q $(CONSTRAIN) -e ".[dev]"
+	$(PIP) install -q $(CONSTRAIN) -e ".[dev,export]"
 	@touch $@
 
 demo: $(VENV)/.installed

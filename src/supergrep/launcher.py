@@ -23,7 +23,7 @@ import sys
 # the click group by tests/daemon/test_launcher.py, so a new command cannot be missed here.
 COMMANDS = frozenset({
     "search", "index", "status", "files", "chunks", "clean", "eval", "eval-pairs", "mine", "train", "merge",
-    "convert", "profile", "bench", "daemon", "serve-mcp", "completions", "init",
+    "convert", "profile", "bench", "quantize", "export", "daemon", "serve-mcp", "completions", "init",
 })
 MODES = ("semantic", "lexical", "hybrid")
 _VALUE_OPTIONS = {

@@ -53,8 +53,8 @@ def test_encoder_with_cuda_device_is_a_usage_error(zoo):
 def test_unknown_backend(zoo):
     from supergrep.encoder import resolve_model
 
-    assert available_backends() == ["mlx", "torch"]
-    with pytest.raises(UsageError, match="unknown backend 'jax'; choose one of: mlx, torch"):
+    assert available_backends() == ["mlx", "onnx", "torch"]
+    with pytest.raises(UsageError, match="unknown backend 'jax'; choose one of: mlx, onnx, torch"):
         load_backend("jax", resolve_model(zoo.path("bert")))
 
 

@@ -303,3 +303,21 @@ def test_handles_of_a_long_lived_process_follow_a_conversion(sample_project, tin
     reader = primary.handle()
     assert isinstance(reader.store, CompressedStore) and reader.store is primary.store
     assert Searcher(reader, tiny_encoder).search("expire old sessions", mode="semantic")[0].chunk_id == before.chunk_id
+
+
+def test_an_int8_index_converts_to_the_compressed_store(sample_project, tiny_encoder):
+    """Conversion reads the exact segments dequantized (int8 x scale), not the raw int8 codes."""
+    from supergrep.config import Config
+    from supergrep.index.indexer import update_index
+    from supergrep.index.project import Index
+    from supergrep.index.search import Searcher
+
+    cfg = Config()
+    cfg.encode.vector_dtype, cfg.index.compress_above = "int8", 10**9
+    index = Index(sample_project)
+    update_index(index, tiny_encoder, cfg)
+    exact_top = Searcher(index, tiny_encoder).search("expire old sessions", mode="semantic")[0].chunk_id
+    cfg.index.store, cfg.index.centroids = "compressed", 16
+    update_index(index, tiny_encoder, cfg)
+    assert index.store_kind == "compressed"
+    assert Searcher(index, tiny_encoder).search("expire old sessions", mode="semantic")[0].chunk_id == exact_top

@@ -3,7 +3,8 @@
 A backend owns one loaded model (transformer + projections) on one device and does exactly one
 thing for inference: turn padded token ids into L2-normalised token vectors. Tokenisation,
 batching and un-padding are the encoder's job (framework-free), so a new backend (MLX, ONNX)
-only implements ``forward``.
+only implements ``forward``. ``torch`` runs every model directory but ONNX exports; ``onnx``
+runs only `supergrep export onnx` directories (onnxruntime, CPU).
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class Trainer(Protocol):
 _BACKENDS = {
     "torch": "supergrep.backends.torch_backend:TorchBackend",
     "mlx": "supergrep.backends.mlx_backend:MLXBackend",
+    "onnx": "supergrep.backends.onnx_backend:OnnxBackend",
 }
 # The framework each backend needs, for "auto" and for the install hint.
 _NEEDS = {"torch": ("torch", "pip install torch"), "mlx": ("mlx", "pip install 'supergrep[mlx]' (Linux + NVIDIA: "

@@ -184,6 +184,11 @@ def load_transformer(spec: ModelSpec, dtype: torch.dtype) -> torch.nn.Module:
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
 
+    if spec.onnx_file is not None:
+        raise UsageError(f"{spec.path} holds an ONNX graph (`supergrep export onnx`), which the torch "
+                         f"backend cannot run; use --backend onnx, or point --model-path at the float model")
+    if spec.quantization is not None:
+        return load_quantized(spec, dtype)
     path = str(spec.transformer_path)
     kwargs = {"local_files_only": True, _dtype_kwarg(): dtype, "output_loading_info": True}
 
@@ -228,6 +233,48 @@ def load_transformer(spec: ModelSpec, dtype: torch.dtype) -> torch.nn.Module:
             f"cannot load the model in {path}: {_one_line(exc)}; copy the model directory again, "
             f"or upgrade transformers ({transformers.__version__}) if its architecture is newer"
         ) from None
+
+
+def load_quantized(spec: ModelSpec, dtype: torch.dtype) -> torch.nn.Module:
+    """A `supergrep quantize` directory: the architecture from config.json, the weights
+    dequantized to float at load (``backends/quant.py``).
+
+    What it costs: loading reads ~4x (int8) or ~7x (int4) fewer bytes but dequantizes every
+    weight once (~0.3 s for MiniLM); inference then runs at float speed with the quantized
+    weights' values. The fast CPU path is the ONNX int8 export (docs/deployment.md).
+    """
+    import transformers
+
+    from supergrep.backends.quant import load_dequantized
+
+    q = spec.quantization or {}
+    path = str(spec.transformer_path)
+    try:
+        config = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
+    except Exception as exc:  # noqa: BLE001 - transformers raises many kinds
+        raise ModelError(f"{path}/config.json cannot be read ({_one_line(exc)}); quantize the model again") from None
+    enc_class = ENCODER_CLASSES.get(spec.model_type)
+    if enc_class:
+        model = getattr(transformers, enc_class)(config)
+    else:
+        try:
+            model = transformers.AutoModel.from_config(config, attn_implementation="sdpa")
+        except (ValueError, TypeError):  # architectures without SDPA support (MPNet, ...)
+            model = transformers.AutoModel.from_config(config)
+    if getattr(model.config, "is_encoder_decoder", False):
+        model = model.get_encoder()
+    arrays = load_dequantized(q["file"], q.get("tensors", {}))
+    state = {k: torch.from_numpy(v) for k, v in arrays.items()}
+    for alias, target in (q.get("aliases") or {}).items():  # tied weights are stored once
+        if target not in state:
+            raise ModelError(f"{q['file']}: tied weight {alias} points at missing {target}; quantize again")
+        state[alias] = state[target]
+    result = model.load_state_dict(state, strict=False)
+    missing = [k for k in result.missing_keys if not _HARMLESS_MISSING.search(k)]
+    if missing or result.unexpected_keys:
+        what = f"missing {missing[:2]}" if missing else f"unexpected {result.unexpected_keys[:2]}"
+        raise ModelError(f"{q['file']} does not fit {path}/config.json ({what}); quantize the model again")
+    return model.to(dtype)
 
 
 def load_encoder(spec: ModelSpec, dtype: torch.dtype) -> torch.nn.Module:

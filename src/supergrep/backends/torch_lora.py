@@ -29,6 +29,9 @@ class LoRALinear(nn.Module):
     ``lora_B`` starts at zero, so a fresh adapter leaves the outputs unchanged.
     """
 
+    # Quantization-aware training replaces the forward (backends/torch_quant.py: enable_qat).
+    weight_fake_quant = None
+
     def __init__(self, base: nn.Linear, r: int, alpha: float, dropout: float = 0.0, init_a=None):
         super().__init__()
         self.base = base
@@ -65,9 +68,11 @@ class LoRALinear(nn.Module):
         return cls(base, r, alpha, dropout, init_a)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.base(x)
         if not self.enabled:
-            return out
+            return self.base(x)
+        if self.weight_fake_quant is not None:
+            return self.weight_fake_quant(self, x)
+        out = self.base(x)
         a = self.lora_A.to(x.dtype)
         b = self.lora_B.to(x.dtype)
         return out + (self.dropout(x) @ a.t() @ b.t()) * self.scale

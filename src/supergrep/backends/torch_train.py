@@ -99,6 +99,10 @@ class TorchTrainer:
         for p in model.parameters():
             p.requires_grad_(False)
         self.adapted = linear_to_lora_layers(model, lora, spec.model_type, seed=cfg.seed)
+        if cfg.qat_bits:  # quantization-aware training (backends/torch_quant.py)
+            from supergrep.backends.torch_quant import enable_qat
+
+            log.info("QAT: %s", enable_qat(model, cfg.qat_bits, cfg.qat_group_size))
         self.head = self._make_head(spec, cfg)
         frozen = [build_dense(d) for d in (spec.dense[:-1] if self.head.replaces_base else spec.dense)]
         for m in frozen:

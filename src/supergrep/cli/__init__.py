@@ -24,10 +24,12 @@ from supergrep.cli.cmd_convert import convert_cmd  # noqa: E402
 from supergrep.cli.cmd_daemon import daemon_group  # noqa: E402
 from supergrep.cli.cmd_eval import eval_cmd  # noqa: E402
 from supergrep.cli.cmd_eval_pairs import eval_pairs_cmd  # noqa: E402
+from supergrep.cli.cmd_export import export_cmd  # noqa: E402
 from supergrep.cli.cmd_index import index_cmd  # noqa: E402
 from supergrep.cli.cmd_merge import merge_cmd  # noqa: E402
 from supergrep.cli.cmd_mine import mine_cmd  # noqa: E402
 from supergrep.cli.cmd_profile import profile_cmd  # noqa: E402
+from supergrep.cli.cmd_quantize import quantize_cmd  # noqa: E402
 from supergrep.cli.cmd_search import search_cmd  # noqa: E402
 from supergrep.cli.cmd_serve_mcp import serve_mcp_cmd  # noqa: E402
 from supergrep.cli.cmd_shell import completions_cmd, init_cmd  # noqa: E402
@@ -74,11 +76,14 @@ def cli() -> None:
       supergrep daemon start | stop | status | add PATH  keep models warm, indexes current
       supergrep serve-mcp                                MCP server for coding agents (stdio)
       supergrep completions SHELL | init SHELL           tab completion, shell integration
+      supergrep quantize MODEL_DIR -o DIR --bits 8|4     int8/int4 weights
+      supergrep export onnx|coreml MODEL_DIR -o OUT      deployment forms (--backend onnx)
     """
 
 
 for _cmd in (search_cmd, index_cmd, status_cmd, files_cmd, chunks_cmd, clean_cmd, eval_cmd, eval_pairs_cmd,
-             mine_cmd, train_cmd, merge_cmd, convert_cmd, profile_cmd, bench_group):
+             mine_cmd, train_cmd, merge_cmd, convert_cmd, profile_cmd, bench_group,
+             quantize_cmd, export_cmd):
     cli.add_command(_cmd)
 for _cmd in (daemon_group, serve_mcp_cmd, completions_cmd, init_cmd):  # issue 9: daemon, agents, shells
     cli.add_command(_cmd)

@@ -59,7 +59,7 @@ def eval_cmd(queries_path: Path, corpora: tuple[str, ...], mode: str, model_path
             --corpus jinja2=.cache/eval-corpora/jinja2-3.1.4/src \\
             --corpus itsdangerous=.cache/eval-corpora/itsdangerous-2.2.0/src
     """
-    from supergrep.encoder.encoder import Encoder
+    from supergrep.cli.common import make_encoder
     from supergrep.encoder.spec import resolve_model
     from supergrep.evaluation.evaluate import markdown_table, run_eval, summary_rows
     from supergrep.evaluation.queries import load_queries
@@ -73,8 +73,7 @@ def eval_cmd(queries_path: Path, corpora: tuple[str, ...], mode: str, model_path
     specs = [resolve_model(p) for p in (model_paths or [None])]  # fail fast on a bad path
 
     def factory(spec):
-        return lambda: Encoder(spec, backend=cfg.encode.backend, device=cfg.encode.device,
-                               batch_tokens=cfg.encode.batch_tokens, threads=cfg.encode.threads)
+        return lambda: make_encoder(spec, cfg)
 
     def announce(corpus: str, model: str) -> None:
         if not as_json:

@@ -22,14 +22,26 @@ def describe_report(root, rep) -> str:
     )
 
 
-def run_index(opts: Options, root, force: bool = False, quiet: bool = False, store: str | None = None):
+def store_options(cfg, index, root, force: bool, store: str | None, vector_dtype: str | None) -> None:
+    """Apply `index --store/--vector-dtype` to ``cfg``; a vector type an existing index does
+    not have needs --force (its vectors would have to be rewritten)."""
+    if store:
+        cfg.index.store = store
+    if vector_dtype:
+        if index.exists() and not force and index.manifest.vector_dtype != vector_dtype:
+            raise UsageError(f"the index of {root} stores {index.manifest.vector_dtype} vectors; "
+                             f"pass --force to rebuild it with {vector_dtype}")
+        cfg.encode.vector_dtype = vector_dtype
+
+
+def run_index(opts: Options, root, force: bool = False, quiet: bool = False, store: str | None = None,
+              vector_dtype: str | None = None):
     """Index ``root`` (shared with `search`, which indexes an unindexed project first)."""
     from supergrep.index.indexer import update_index
 
     cfg = opts.config(root)
-    if store:
-        cfg.index.store = store
     index = opts.index(root)
+    store_options(cfg, index, root, force, store, vector_dtype)
     encoder = opts.encoder(cfg)
     report = update_index(index, encoder, cfg, force=force, progress=BarProgress())
     if report.skipped and not quiet:
@@ -46,9 +58,13 @@ def run_index(opts: Options, root, force: bool = False, quiet: bool = False, sto
               help="Encode with N processes started through torchrun: one per GPU (cuda:LOCAL_RANK) when CUDA "
                    "is there, else CPU processes sharing the cores. Rank 0 alone walks and writes the index.")
 @click.option("--store", type=click.Choice(["auto", "exact", "compressed"]),
-              help="Vector store: exact float16, compressed codes, or auto (compressed past [index] compress_above vectors).")
+              help="Vector store: exact, compressed codes, or auto (compressed past [index] compress_above vectors).")
+@click.option("--vector-dtype", type=click.Choice(["float16", "int8"]),
+              help="How an exact store keeps vectors: float16 (default) or int8 + a scale per vector "
+                   "(half the bytes; an existing index keeps its kind unless --force).")
 @common_options
-def index_cmd(path: str | None, force: bool, as_json: bool, workers: int, store: str | None, opts: Options) -> None:
+def index_cmd(path: str | None, force: bool, as_json: bool, workers: int, store: str | None,
+              vector_dtype: str | None, opts: Options) -> None:
     """Index PATH (default: the current directory), incrementally.
 
     Only files whose content changed are re-embedded; deleted files leave the index. Example:
@@ -63,16 +79,16 @@ def index_cmd(path: str | None, force: bool, as_json: bool, workers: int, store:
     root = resolve_root(path, search_up=False)
     world = World.from_env()
     if workers > 1 and not world.distributed:
-        relaunch_under_torchrun(workers, root, force, as_json, opts, store)  # does not return
+        relaunch_under_torchrun(workers, root, force, as_json, opts, store, vector_dtype)  # does not return
     if world.distributed:
         if workers not in (1, world.size):
             raise UsageError(f"--workers {workers} but torchrun started {world.size} processes")
-        done = run_index_distributed(opts, root, force, world, quiet=as_json, store=store)
+        done = run_index_distributed(opts, root, force, world, quiet=as_json, store=store, vector_dtype=vector_dtype)
         if done is None:
             return  # a worker: rank 0 reports
         rep = done
     else:
-        _, _, rep = run_index(opts, root, force=force, quiet=as_json, store=store)
+        _, _, rep = run_index(opts, root, force=force, quiet=as_json, store=store, vector_dtype=vector_dtype)
     if as_json:
         echo_json({
             "root": str(root), "files": rep.files, "chunks": rep.chunks,
@@ -87,7 +103,7 @@ def index_cmd(path: str | None, force: bool, as_json: bool, workers: int, store:
 
 
 def relaunch_under_torchrun(workers: int, root: Path, force: bool, as_json: bool, opts: Options,
-                            store: str | None = None) -> None:
+                            store: str | None = None, vector_dtype: str | None = None) -> None:
     """Replace this process with torchrun starting ``workers`` copies of this command."""
     import importlib.util
 
@@ -96,6 +112,7 @@ def relaunch_under_torchrun(workers: int, root: Path, force: bool, as_json: bool
     args = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(workers),
             "-m", "supergrep", "index", str(root), "--workers", str(workers)]
     args += ["--force"] * force + ["--json"] * as_json + (["--store", store] if store else [])
+    args += ["--vector-dtype", vector_dtype] if vector_dtype else []
     for flag, value in (("--index-dir", opts.index_dir), ("--model-path", opts.model_path),
                         ("--device", opts.device), ("--config", opts.config_file)):
         if value is not None:
@@ -110,7 +127,7 @@ def relaunch_under_torchrun(workers: int, root: Path, force: bool, as_json: bool
 
 
 def run_index_distributed(opts: Options, root: Path, force: bool, world, quiet: bool = False,
-                          store: str | None = None):
+                          store: str | None = None, vector_dtype: str | None = None):
     """One rank of `index` under torchrun: rank 0 indexes with a ``ShardedEncoder`` and returns
     its report; the other ranks encode what it sends and return None."""
     from supergrep.backends.torch_dist import TorchCollective, rank_device
@@ -118,8 +135,7 @@ def run_index_distributed(opts: Options, root: Path, force: bool, world, quiet: 
     from supergrep.index.indexer import update_index
 
     cfg = opts.config(root)
-    if store:
-        cfg.index.store = store
+    store_options(cfg, opts.index(root), root, force, store, vector_dtype)
     cfg.encode.device = rank_device(cfg.encode.device, world)
     if cfg.encode.device == "cpu" and not cfg.encode.threads:
         cfg.encode.threads = max(1, (os.cpu_count() or 1) // world.size)

@@ -50,7 +50,7 @@ def status_cmd(path: str | None, as_json: bool, opts: Options) -> None:
     click.echo(f"model:    {m.get('name')} ({str(m.get('fingerprint', ''))[:12]}, dim {m.get('dim')})")
     click.echo(f"files:    {s['files']} ({s['lines']} lines)")
     click.echo(f"chunks:   {s['chunks']}")
-    click.echo(f"vectors:  {s['vectors']} ({s.get('store', 'exact')} store)")
+    click.echo(f"vectors:  {s['vectors']} ({s.get('store', 'exact')} store, {s['vector_dtype']})")
     click.echo(f"size:     {_human_bytes(s['bytes'])}")
     click.echo(f"updated:  {when}")
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 import logging
+import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +16,8 @@ import click
 from supergrep.config import Config, load_config
 from supergrep.errors import UsageError
 
+BACKEND_CHOICES = ("auto", "torch", "mlx", "onnx")
+
 
 def common_options(f=None, *, model_path: bool = True, config: bool = True, device: bool = True,
                    backend: bool | None = None):
@@ -20,7 +25,7 @@ def common_options(f=None, *, model_path: bool = True, config: bool = True, devi
 
     A command that defines one of them itself (eval takes --model-path several times; train's
     --config is its YAML, --device and --backend training keys) turns the shared one off.
-    ``backend`` follows ``device`` unless given.
+    ``backend`` follows ``device`` unless given (both say where the model runs).
     """
     backend = device if backend is None else backend
     if f is None:
@@ -46,11 +51,11 @@ def common_options(f=None, *, model_path: bool = True, config: bool = True, devi
     if device:
         options.insert(1, click.option("--device", default=None, help="auto (CUDA > MPS > CPU), cpu, cuda, cuda:N or mps."))
     if backend:
-        from supergrep.backends.base import available_backends
-
         options.insert(1, click.option(
-            "--backend", type=click.Choice(["auto", *available_backends()]), default=None,
-            help="Framework that runs the model: torch, mlx (Apple MLX), or auto (torch if installed, else mlx). Config: encode.backend."))
+            "--backend", type=click.Choice(BACKEND_CHOICES), default=None, envvar="SUPERGREP_BACKEND",
+            help="Framework that runs the model: torch, mlx (Apple MLX), onnx (onnxruntime, CPU) or auto "
+                 "(onnx for exported models and for the default model on a CPU-only machine; else torch if "
+                 "installed, else mlx). Config: encode.backend; env: SUPERGREP_BACKEND."))
     if config:
         options.insert(1, click.option(
             "--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
@@ -81,12 +86,9 @@ class Options:
         return cfg
 
     def encoder(self, cfg: Config):
-        from supergrep.encoder.encoder import Encoder
         from supergrep.encoder.spec import resolve_model
 
-        spec = resolve_model(self.model_path)
-        return Encoder(spec, backend=cfg.encode.backend, device=cfg.encode.device,
-                       batch_tokens=cfg.encode.batch_tokens, threads=cfg.encode.threads)
+        return make_encoder(resolve_model(self.model_path), cfg)
 
     def index(self, root: Path):
         from supergrep.index.project import Index
@@ -106,3 +108,77 @@ def resolve_root(path: str | None, search_up: bool = True) -> Path:
             raise UsageError(f"{p} is not a directory; pass the project's root directory")
         return p.resolve()
     return find_project_root(Path.cwd()) if search_up else Path.cwd().resolve()
+
+
+def cpu_only(device: str) -> bool:
+    """Whether encoding will run on the CPU, decided without importing torch: --device cpu, or
+    "auto" on a machine with no NVIDIA driver that is not a Mac (MPS)."""
+    device = (device or "auto").strip().lower()
+    if device == "cpu":
+        return True
+    if device != "auto":
+        return False
+    return sys.platform != "darwin" and not os.path.exists("/proc/driver/nvidia/version")
+
+
+def is_default_model(spec) -> bool:
+    """Whether ``spec`` is the embedded default model, however it was named (no --model-path,
+    $SUPERGREP_MODEL, or its directory given explicitly)."""
+    from supergrep.encoder.spec import default_model_dir
+
+    if spec.layout == "supergrep" or spec.adapter is not None:
+        return False
+    try:
+        return Path(spec.path).resolve() == default_model_dir().resolve()
+    except Exception:  # noqa: BLE001 - the default model's package is missing: not it
+        return False
+
+
+def choose_backend(spec, cfg: Config):
+    """(model spec, backend name) for ``cfg.encode.backend``.
+
+    - an exported ONNX directory runs on onnx (torch cannot run it);
+    - ``onnx`` with a float model directory uses its int8 ONNX form, exported once into
+      ``$SUPERGREP_HOME/models`` (``export.onnx_graph.cached_export``);
+    - ``auto`` does the same for the default model when encoding runs on the CPU and
+      onnxruntime is installed (DEFAULT_CPU_ONNX: measured faster for < 1 point of public-set
+      MRR, docs/deployment.md); every other model runs on torch if installed, else on mlx.
+    """
+    from supergrep.encoder.spec import resolve_model
+
+    requested = (cfg.encode.backend or "auto").strip().lower()
+    if requested not in BACKEND_CHOICES:
+        raise UsageError(f"unknown backend '{requested}'; choose one of: {', '.join(BACKEND_CHOICES)}")
+    if spec.onnx_file is not None:
+        if requested in ("torch", "mlx"):
+            raise UsageError(f"{spec.path} is an ONNX export, which --backend {requested} cannot run; "
+                             f"use --backend onnx (or auto)")
+        return spec, "onnx"
+    fast_default = (requested == "auto" and DEFAULT_CPU_ONNX and cpu_only(cfg.encode.device)
+                    and importlib.util.find_spec("onnxruntime") is not None and is_default_model(spec))
+    if requested == "onnx" or fast_default:
+        from supergrep.export.onnx_graph import cached_export, cached_export_dir
+
+        if requested == "auto" and not (cached_export_dir(spec) / "supergrep_model.json").is_file() \
+                and importlib.util.find_spec("onnx") is None:
+            return spec, "torch"  # cannot export here: stay on torch
+        return resolve_model(cached_export(spec)), "onnx"
+    if requested == "auto":
+        from supergrep.backends.base import resolve_backend
+
+        return spec, resolve_backend("auto")  # torch if installed, else mlx
+    return spec, requested
+
+
+# The default model's int8 ONNX form is the default CPU path (its public-set MRR is within one
+# point of fp32 torch: docs/deployment.md).
+DEFAULT_CPU_ONNX = True
+
+
+def make_encoder(spec, cfg: Config):
+    """The Encoder for ``spec`` with the backend ``choose_backend`` picks."""
+    from supergrep.encoder.encoder import Encoder
+
+    spec, backend = choose_backend(spec, cfg)
+    return Encoder(spec, backend=backend, device=cfg.encode.device, batch_tokens=cfg.encode.batch_tokens,
+                   threads=cfg.encode.threads)

@@ -38,7 +38,8 @@ class Encoder:
 
     Args:
         spec: The model (``resolve_model(path)``); None loads the default model.
-        backend: Backend name: "torch", "mlx", or "auto" (torch if installed, else mlx).
+        backend: Backend name: "torch", "mlx", "onnx" (`supergrep export onnx` directories), or
+            "auto" (torch if installed, else mlx).
         device: "auto" (CUDA > MPS > CPU), "cpu", "cuda", "cuda:N" or "mps".
         batch_tokens: Padded-token budget of one forward pass; 0 picks one for the device
             (8,192 on CPU; 131,072 on CUDA/MPS, where the H200 measured 3.2x the throughput of
@@ -67,6 +68,12 @@ class Encoder:
         if self._fingerprint is None:
             self._fingerprint = self.spec.fingerprint()
         return self._fingerprint
+
+    @property
+    def compatible_fingerprints(self) -> list[str]:
+        """Its own fingerprint first, then the source model's when an export or quantization
+        matched it (indexes of either may be searched and updated with this encoder)."""
+        return self.spec.compatible_fingerprints(self.fingerprint)
 
     def count_tokens(self, texts: list[str], role: Role = "document") -> list[int]:
         return self.tokenizer.count(texts, role)

@@ -159,6 +159,18 @@ class ModelSpec:
         max_positions: The longest input the model can take (None: no fixed limit, e.g. T5).
         adapter: Directory with a LoRA adapter (``adapter_config.json`` +
             ``adapter_model.safetensors``) folded into the base weights when the model loads.
+        quantization: ``supergrep quantize``'s record (``supergrep_model.json``
+            ``quantization``): ``file`` (resolved Path), ``tensors`` (name -> shape, bits,
+            group_size, symmetric) and the command's options; None for float weights.
+        onnx_file: The ONNX graph of an exported model directory (``supergrep export onnx``):
+            token ids + mask -> unit token vectors, projection included; None otherwise.
+        output_dim: Vector dimension when it is not given by ``dense`` (an ONNX graph).
+        tokenizer_meta: The special-token ids an export recorded, so the tokenizer loads from
+            ``tokenizer.json`` with ``tokenizers`` alone (no transformers import).
+        source_fingerprint: Fingerprint of the float model an export/quantization came from,
+            set only when its vectors matched that model's within tolerance (per-token cosine,
+            measured when it was written): indexes of either can be searched with the other.
+        form: How the weights are stored and run: "fp32", "q8g64", "onnx-fp32", "onnx-int8", ...
     """
 
     name: str
@@ -171,13 +183,30 @@ class ModelSpec:
     settings: EncoderSettings = field(default_factory=EncoderSettings)
     max_positions: int | None = None
     adapter: Path | None = None
+    quantization: dict | None = None
+    onnx_file: Path | None = None
+    output_dim: int | None = None
+    tokenizer_meta: dict | None = None
+    source_fingerprint: str | None = None
+    form: str = "fp32"
 
     @property
     def dim(self) -> int:
         """Dimension of the output token vectors."""
+        if self.output_dim is not None:
+            return self.output_dim
         return self.dense[-1].out_features if self.dense else self.hidden_size
 
+    def compatible_fingerprints(self, own: str) -> list[str]:
+        """Fingerprints whose indexes this model may search and update: its own (``own``) and,
+        for an export or quantization that matched its source, the source's."""
+        return [own] + ([self.source_fingerprint] if self.source_fingerprint not in (None, own) else [])
+
     def weight_files(self) -> list[Path]:
+        if self.onnx_file is not None:
+            return [self.onnx_file]  # the projection is part of the graph
+        if self.quantization is not None:
+            return [self.quantization["file"], *(d.weight_file() for d in self.dense)]
         files = sorted(p for p in self.transformer_path.iterdir() if _is_weight_file(p.name))
         if not files:
             raise ModelError(
@@ -461,10 +490,48 @@ def _from_supergrep(path: Path) -> ModelSpec:
             if not (adapter / name).is_file():
                 raise ModelError(f"{where}: adapter directory {adapter} has no {name}")
     settings = EncoderSettings.from_dict(data.get("settings", {}), str(where), base=base_spec.settings)
+    extra = _deployment_keys(data, path, where, has_adapter=adapter is not None)
     return dataclasses.replace(
         base_spec, name=str(data.get("name") or path.name), path=path, layout="supergrep",
-        dense=tuple(dense), settings=settings, adapter=adapter,
+        dense=tuple(dense), settings=settings, adapter=adapter, **extra,
     )
+
+
+def _deployment_keys(data: dict, path: Path, where: Path, has_adapter: bool) -> dict:
+    """The keys `supergrep quantize` and `supergrep export` write: ``quantization``,
+    ``onnx``, ``tokenizer``, ``source`` and ``form``."""
+    out: dict = {}
+    quant, onnx = data.get("quantization"), data.get("onnx")
+    if quant is not None and onnx is not None:
+        raise ModelError(f"{where}: has both 'quantization' and 'onnx'; a model directory holds one form")
+    if (quant is not None or onnx is not None) and has_adapter:
+        raise ModelError(f"{where}: a quantized or exported model cannot also have an 'adapter'")
+    if quant is not None:
+        if not isinstance(quant, dict) or not isinstance(quant.get("tensors"), dict):
+            raise ModelError(f"{where}: 'quantization' needs 'tensors' (written by `supergrep quantize`)")
+        file = path / str(quant.get("file", ""))
+        if not file.is_file():
+            raise ModelError(f"{where}: quantized weights {file} are missing; quantize the model again")
+        out["quantization"] = {**quant, "file": file}
+    if onnx is not None:
+        if not isinstance(onnx, dict) or not isinstance(onnx.get("dim"), int) or not onnx.get("file"):
+            raise ModelError(f"{where}: 'onnx' needs 'file' and 'dim' (written by `supergrep export onnx`)")
+        file = path / str(onnx["file"])
+        if not file.is_file():
+            raise ModelError(f"{where}: ONNX graph {file} is missing; export the model again")
+        out["onnx_file"], out["output_dim"] = file, int(onnx["dim"])
+    tok = data.get("tokenizer")
+    if tok is not None:
+        need = ("pad_id", "mask_id", "unk_id", "unk_token", "added_vocab")
+        if not isinstance(tok, dict) or any(k not in tok for k in need) or not (path / "tokenizer.json").is_file():
+            raise ModelError(f"{where}: 'tokenizer' needs {', '.join(need)} and a tokenizer.json beside it")
+        out["tokenizer_meta"] = tok
+    source = data.get("source")
+    if isinstance(source, dict) and source.get("compatible") and isinstance(source.get("fingerprint"), str):
+        out["source_fingerprint"] = source["fingerprint"]
+    if data.get("form"):
+        out["form"] = str(data["form"])
+    return out
 
 
 def resolve_model(model_path: str | os.PathLike | None = None) -> ModelSpec:

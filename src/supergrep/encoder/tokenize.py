@@ -41,6 +41,37 @@ def _one_line(exc: BaseException, limit: int = 200) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
+def _auto_tokenizer(path):
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+
+
+class ExportedTokenizer:
+    """The part of a transformers tokenizer that RoleTokenizer reads, built from
+    ``tokenizer.json`` (the ``tokenizers`` library alone) and the special-token ids an export
+    recorded (``supergrep_model.json`` ``tokenizer``): importing transformers costs ~2 s of a
+    cold search. `supergrep export onnx` checks that both give the same ids."""
+
+    def __init__(self, path, meta: dict):
+        from tokenizers import Tokenizer
+
+        self.backend_tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+        self.name_or_path = str(path)
+        self.unk_token = meta["unk_token"]
+        self.unk_token_id = meta["unk_id"]
+        self.pad_token_id = meta["pad_id"]
+        self.eos_token_id = meta.get("eos_id")
+        self.mask_token_id = meta["mask_id"]
+        self._added = {str(k): int(v) for k, v in meta["added_vocab"].items()}
+
+    def get_added_vocab(self) -> dict[str, int]:
+        return dict(self._added)
+
+
 class RoleTokenizer:
     """Tokenises text for one role, as the model expects it.
 
@@ -62,15 +93,12 @@ class RoleTokenizer:
     """
 
     def __init__(self, spec: ModelSpec):
-        from transformers import AutoTokenizer
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()
-
         path = spec.transformer_path
         try:
-            self.tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+            if spec.tokenizer_meta is not None:  # an export: tokenizer.json + recorded ids
+                self.tok = ExportedTokenizer(path, spec.tokenizer_meta)
+            else:
+                self.tok = _auto_tokenizer(path)
         except Exception as exc:  # noqa: BLE001 - tokenizers raises bare Exception on bad JSON
             raise ModelError(
                 f"cannot load the tokenizer in {path}: {_one_line(exc)}; the directory needs "

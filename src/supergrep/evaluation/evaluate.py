@@ -34,11 +34,12 @@ class QueryResult:
     top: list[dict] = field(default_factory=list)  # the first 3 results: path, start_line, symbol
 
 
-def eval_index_dir(corpus: str, root: Path, fingerprint: str) -> Path:
-    """One index per (corpus directory, model), so comparing models never rebuilds the other's
-    index and two copies of a corpus (two checkouts) never share one."""
+def eval_index_dir(corpus: str, root: Path, fingerprint: str, vector_dtype: str = "float16") -> Path:
+    """One index per (corpus directory, model, vector kind), so comparing models never rebuilds
+    the other's index and two copies of a corpus (two checkouts) never share one."""
     where = hashlib.sha1(str(Path(root).resolve()).encode()).hexdigest()[:8]
-    return supergrep_home() / "eval-indexes" / f"{corpus}-{where}-{fingerprint[:12]}"
+    kind = "" if vector_dtype == "float16" else f"-{vector_dtype}"
+    return supergrep_home() / "eval-indexes" / f"{corpus}-{where}-{fingerprint[:12]}{kind}"
 
 
 def run_eval(queries: list[Query], corpora: dict[str, Path], encoders: list[Callable[[], Encoder]],
@@ -68,7 +69,8 @@ def run_eval(queries: list[Query], corpora: dict[str, Path], encoders: list[Call
                 continue
             if on_index:
                 on_index(name, encoder.name)
-            index = Index(root, eval_index_dir(name, root, encoder.fingerprint), cache_bytes=cfg.search.cache_bytes or 2 << 30)
+            index = Index(root, eval_index_dir(name, root, encoder.fingerprint, cfg.encode.vector_dtype),
+                          cache_bytes=cfg.search.cache_bytes or 2 << 30)
             update_index(index, encoder, cfg)
             searcher = Searcher(index, encoder, cfg.search)
             for mode in modes:

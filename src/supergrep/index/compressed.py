@@ -534,8 +534,9 @@ class CompressedStore(SegmentStore):
 
 
 def convert(conn: sqlite3.Connection, index_dir: Path, dim: int, settings: CompressSettings,
-            sample_size: int = 131072, seed: int = 0) -> dict:
-    """Turn an exact (float16) index into a compressed one, in one committed step.
+            sample_size: int = 131072, seed: int = 0, vector_dtype: str = "float16") -> dict:
+    """Turn an exact index (float16, or int8 + scales: ``vector_dtype``) into a compressed one,
+    in one committed step.
 
     Trains the codec on a sample of the live vectors (pooled as they will be stored), writes
     every live chunk into compressed segments (streamed one exact segment at a time), then in
@@ -549,7 +550,7 @@ def convert(conn: sqlite3.Connection, index_dir: Path, dim: int, settings: Compr
     t0 = time.perf_counter()
     if store_kind(conn) == "compressed":
         raise ValueError("the index is already compressed")
-    exact = SegmentStore(index_dir, dim)
+    exact = SegmentStore(index_dir, dim, vector_dtype=vector_dtype)
     store = CompressedStore(index_dir, dim, settings)
     segs, dead = exact._snapshot(conn)
     rng = np.random.default_rng(seed)
@@ -566,7 +567,7 @@ def convert(conn: sqlite3.Connection, index_dir: Path, dim: int, settings: Compr
     frac = min(1.0, sample_size / max(est_stored, 1))
     pick = [all_docs[i] for i in np.flatnonzero(rng.random(len(all_docs)) < frac)] or all_docs[:1]
     sample = np.concatenate([
-        store.prepare([np.asarray(loaded[si].vectors[o : o + n], np.float32)])[0]
+        store.prepare([loaded[si].rows(o, o + n)])[0]
         for si, row in pick for (_, o, n) in [live_layouts[si][row]]
     ])
     codec = ResidualCodec.train(sample, nbits=settings.nbits, n_centroids=settings.n_centroids or None,
@@ -581,7 +582,7 @@ def convert(conn: sqlite3.Connection, index_dir: Path, dim: int, settings: Compr
                 part = lay[s : s + 4096]
                 if not len(part):
                     continue
-                vecs = store.prepare([np.asarray(seg.vectors[o : o + n], np.float32) for _, o, n in part])
+                vecs = store.prepare([seg.rows(o, o + n) for _, o, n in part])
                 lengths = np.array([len(v) for v in vecs], np.int64)
                 codes, resid = codec.encode(np.concatenate(vecs))
                 store._write_encoded(conn, part[:, 0].astype(np.int64), lengths, codes, resid, codec.n_centroids)

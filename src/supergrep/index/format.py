@@ -6,6 +6,8 @@ One index per project root::
       manifest.json                      format_version, root, model (name, fingerprint, dim)
       meta.sqlite  (+ -wal, -shm)        files, chunks, segments, tombstones, FTS5 lexical index
       vectors/seg-00000001.npy           float16 (n_tokens, dim) token vectors, back to back
+                                         (int8 + seg-00000001.scale.npy, float32 (n_tokens,),
+                                         when the manifest's store says vector_dtype int8)
       vectors/seg-00000001.layout.npy    int64 (n_chunks, 3): chunk id, first token, n_tokens
                                          (sorted by chunk id)
       vectors/cseg-00000001.sgc          a compressed segment instead (centroid ids + residual
@@ -33,7 +35,10 @@ from supergrep.config import supergrep_home
 from supergrep.errors import IndexCorruptError
 from supergrep.faults import crashpoint  # noqa: F401 - re-exported for the index modules
 
-FORMAT_VERSION = 1
+# 1: float16 vectors. 2: the manifest may name another vector kind ("store": {"vector_dtype":
+# "int8"}); indexes that use it are written as version 2 so that an older supergrep, which
+# would misread int8 segments, refuses them. float16 indexes are still written as version 1.
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 DB_FILE = "meta.sqlite"
 VECTOR_DIR = "vectors"
@@ -52,9 +57,14 @@ def default_index_dir(root: Path) -> Path:
 class Manifest:
     root: str
     model: dict = field(default_factory=dict)  # name, fingerprint, dim, layout, path
-    format_version: int = FORMAT_VERSION
+    format_version: int = 1  # the oldest version that can read it (see FORMAT_VERSION)
     created: float = field(default_factory=time.time)
     supergrep_version: str = ""
+    store: dict = field(default_factory=dict)  # {"vector_dtype": "int8"}; empty: float16
+
+    @property
+    def vector_dtype(self) -> str:
+        return str(self.store.get("vector_dtype", "float16"))
 
     @classmethod
     def read(cls, index_dir: Path) -> Manifest | None:
@@ -73,7 +83,8 @@ class Manifest:
             raise IndexCorruptError(
                 f"{index_dir} was written by a newer supergrep (format {data['format_version']}); upgrade supergrep"
             )
-        known = {k: data[k] for k in ("root", "model", "format_version", "created", "supergrep_version") if k in data}
+        known = {k: data[k] for k in ("root", "model", "format_version", "created", "supergrep_version", "store")
+                 if k in data}
         return cls(**known)
 
     def write(self, index_dir: Path) -> None:

@@ -63,7 +63,8 @@ class IndexReport:
 def model_record(encoder: Encoder) -> dict:
     spec = encoder.spec
     return {"name": spec.name, "fingerprint": encoder.fingerprint, "dim": encoder.dim,
-            "layout": spec.layout, "path": str(spec.path)}
+            "layout": spec.layout, "path": str(spec.path), "form": spec.form,
+            "compatible": encoder.compatible_fingerprints[1:]}
 
 
 @dataclass
@@ -174,7 +175,8 @@ def maybe_compress(index: Index, cfg: Config) -> dict | None:
     n = index.store.stats(index.conn)["vectors"]
     if want == "compressed" or (want == "auto" and n >= cfg.index.compress_above):
         index.configure(index_cfg=cfg.index, search_cfg=cfg.search)
-        info = convert(index.conn, index.dir, index.store.dim, index.compress)
+        info = convert(index.conn, index.dir, index.store.dim, index.compress,
+                       vector_dtype=index.manifest.vector_dtype)
         index.drop_store()  # the next access opens the compressed store
         return info
     return None
@@ -210,10 +212,10 @@ def update_index(index: Index, encoder: Encoder, cfg: Config | None = None, forc
             if force:
                 index.wipe()
             else:
-                index.check_model(model["fingerprint"], model["name"])
+                index.check_model(model["fingerprint"], model["name"], model["compatible"])
         if not index.exists():
             index.wipe()  # leftovers of a crash during creation
-            index.create(model)
+            index.create(model, cfg.encode.vector_dtype)
         index.configure(index_cfg=cfg.index, search_cfg=cfg.search)
         run = _Run(index, encoder, cfg, progress)
         index.store.maintain(index.conn)  # clears orphans a crash may have left

@@ -35,7 +35,7 @@ from supergrep.index.format import (
     connect,
     default_index_dir,
 )
-from supergrep.index.store import SegmentStore, VectorStore
+from supergrep.index.store import VECTOR_DTYPES, SegmentStore, VectorStore
 from supergrep.scoring.bm25 import code_terms, query_terms
 
 log = logging.getLogger(__name__)
@@ -156,7 +156,11 @@ class Index:
             if store_kind(self.conn) == "compressed":
                 self._store = CompressedStore(self.dir, dim, self.compress)
             else:
-                self._store = SegmentStore(self.dir, dim, cache_bytes=self.cache_bytes)
+                dtype = self.manifest.vector_dtype
+                if dtype not in VECTOR_DTYPES:
+                    raise IndexCorruptError(f"{self.dir / MANIFEST} names vector type {dtype!r}, which this "
+                                            f"supergrep cannot read; upgrade it or run `supergrep index --force`")
+                self._store = SegmentStore(self.dir, dim, cache_bytes=self.cache_bytes, vector_dtype=dtype)
         return self._store
 
     def handle(self) -> Index:
@@ -196,13 +200,18 @@ class Index:
             self._conn = None
         self._store = None
 
-    def create(self, model: dict) -> None:
-        """Create an empty index for ``model`` (name, fingerprint, dim, ...)."""
+    def create(self, model: dict, vector_dtype: str = "float16") -> None:
+        """Create an empty index for ``model`` (name, fingerprint, dim, ...) storing its vectors
+        as ``vector_dtype`` (float16 or int8)."""
+        if vector_dtype not in VECTOR_DTYPES:
+            raise UsageError(f"vector_dtype must be one of {', '.join(VECTOR_DTYPES)}, not {vector_dtype!r}")
         self.close()
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / VECTOR_DIR).mkdir(exist_ok=True)
         connect(self.dir).close()
-        m = Manifest(root=str(self.root), model=dict(model), supergrep_version=__version__)
+        int8 = vector_dtype != "float16"
+        m = Manifest(root=str(self.root), model=dict(model), supergrep_version=__version__,
+                     store={"vector_dtype": vector_dtype} if int8 else {}, format_version=2 if int8 else 1)
         m.write(self.dir)  # last: an index "exists" once its manifest does
         self._manifest = m
 
@@ -215,9 +224,17 @@ class Index:
                 (self.dir / name).unlink()
         shutil.rmtree(self.dir / VECTOR_DIR, ignore_errors=True)
 
-    def check_model(self, fingerprint: str, name: str) -> None:
+    def check_model(self, fingerprint: str, name: str, compatible: list[str] | tuple[str, ...] = ()) -> None:
+        """Refuse a model whose vectors differ from the index's.
+
+        ``compatible`` (and the manifest's own list) name other fingerprints whose vectors match
+        within tolerance: the float model an export or quantization came from
+        (``ModelSpec.compatible_fingerprints``), so an index built with torch can be searched
+        with its ONNX export and the other way round.
+        """
         built = self.manifest.model
-        if built.get("fingerprint") != fingerprint:
+        theirs = {built.get("fingerprint"), *(built.get("compatible") or [])}
+        if not ({fingerprint, *compatible} & theirs):
             raise ModelMismatchError(
                 f"the index of {self.root} was built with model '{built.get('name')}' "
                 f"({str(built.get('fingerprint', ''))[:12]}), not '{name}' ({fingerprint[:12]}); "
@@ -353,6 +370,7 @@ class Index:
             "updated": float(updated) if updated else None,
             "format_version": self.manifest.format_version,
             "store": self.store_kind,
+            "vector_dtype": self.manifest.vector_dtype,
         }
 
     # ---------------------------------------------------------------------- catalog writes

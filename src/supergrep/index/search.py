@@ -94,7 +94,8 @@ class Searcher:
         if callable(self._encoder) and not hasattr(self._encoder, "encode_queries"):
             self._encoder = self._encoder()
         if not self._checked:
-            self.index.check_model(self._encoder.fingerprint, self._encoder.name)
+            enc = self._encoder
+            self.index.check_model(enc.fingerprint, enc.name, getattr(enc, "compatible_fingerprints", ()))
             self._checked = True
         return self._encoder  # type: ignore[return-value]
 

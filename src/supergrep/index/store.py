@@ -8,7 +8,9 @@ compressed, candidate-generating store (``compressed.py``) implements the same m
 ``SegmentStore`` keeps float16 vectors in immutable, memory-mapped segment files (LSM-style):
 updates add segments and tombstone removed chunks; ``maintain`` merges small segments and
 rewrites those that are mostly dead. Search is exact MaxSim over every live chunk, in blocks,
-so memory stays bounded whatever the index size.
+so memory stays bounded whatever the index size. With ``vector_dtype="int8"`` each vector is
+stored as int8 with one float32 scale (``v ~= scale * q``, ``scale = max|v| / 127``): 388 bytes
+per 384-d vector instead of 768, scored after dequantizing block by block.
 """
 
 from __future__ import annotations
@@ -92,13 +94,36 @@ class VectorStore(ABC):
 @dataclass
 class _Segment:
     id: int
-    vectors: np.ndarray  # (n_tokens, dim) float16, memory-mapped
+    vectors: np.ndarray  # (n_tokens, dim) float16 or int8, memory-mapped
     layout: np.ndarray  # (n_chunks, 3) int64: chunk id, first token, n_tokens; sorted by id
+    scales: np.ndarray | None = None  # (n_tokens,) float32 per-vector scales of an int8 segment
+
+    def rows(self, start: int, end: int) -> np.ndarray:
+        """Token vectors ``start:end`` as float32 (dequantized for int8)."""
+        block = np.asarray(self.vectors[start:end], dtype=np.float32)  # (n, dim)
+        if self.scales is not None:
+            block *= np.asarray(self.scales[start:end], dtype=np.float32)[:, None]
+        return block
 
 
-_SEG_RE = re.compile(r"^seg-(\d{8})(\.layout)?\.npy$")
+_SEG_RE = re.compile(r"^seg-(\d{8})(\.layout|\.scale)?\.npy$")
 _CSEG_RE = re.compile(r"^cseg-(\d{8})\.sgc$")  # compressed segments (compressed.py)
 _CODEC_RE = re.compile(r"^codec-(\d{8})\.sgc$")
+VECTOR_DTYPES = ("float16", "int8")
+
+
+def quantize_rows(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 per row: (q int8 (n, dim), scale float32 (n,)), ``v ~= scale * q``.
+
+    >>> q, s = quantize_rows(np.array([[0.6, -0.8], [0.0, 0.0]], np.float32))
+    >>> q.tolist(), [round(float(x) * 127, 4) for x in s]
+    ([[95, -127], [0, 0]], [0.8, 0.0])
+    """
+    v = np.asarray(vectors, dtype=np.float32)
+    scale = np.abs(v).max(axis=1) / 127.0 if v.size else np.zeros(len(v), np.float32)  # (n,)
+    safe = np.where(scale > 0, scale, 1.0)[:, None]
+    q = np.clip(np.rint(v / safe), -127, 127).astype(np.int8)
+    return q, scale.astype(np.float32)
 
 
 class SegmentStore(VectorStore):
@@ -109,14 +134,20 @@ class SegmentStore(VectorStore):
         dim: Vector dimension.
         block_tokens: Token vectors converted to float32 and scored at a time (bounds memory:
             block_tokens * dim * 4 bytes plus q_tokens * block_tokens * 4 bytes).
+        vector_dtype: "float16", or "int8" with a per-vector scale (``seg-N.scale.npy``). The
+            index records it in its manifest; one index holds one kind.
     """
 
     MERGE_MAX_SEGMENTS = 12  # more live segments than this: merge the smallest
     REWRITE_DEAD_FRACTION = 0.35  # a segment with more dead vectors than this gets rewritten
 
-    def __init__(self, index_dir: Path, dim: int, block_tokens: int = 32768, cache_bytes: int = 0):
+    def __init__(self, index_dir: Path, dim: int, block_tokens: int = 32768, cache_bytes: int = 0,
+                 vector_dtype: str = "float16"):
+        if vector_dtype not in VECTOR_DTYPES:
+            raise ValueError(f"vector_dtype must be one of {VECTOR_DTYPES}, not {vector_dtype!r}")
         self.dir = Path(index_dir) / VECTOR_DIR
         self.dim = dim
+        self.vector_dtype = vector_dtype
         self.block_tokens = block_tokens
         self._cache: dict[int, _Segment] = {}
         # float32 copies of whole segments for long-lived processes (eval, a daemon): the
@@ -128,6 +159,9 @@ class SegmentStore(VectorStore):
     # ----------------------------------------------------------------------------- files
     def _paths(self, seg: int) -> tuple[Path, Path]:
         return self.dir / f"seg-{seg:08d}.npy", self.dir / f"seg-{seg:08d}.layout.npy"
+
+    def _scale_path(self, seg: int) -> Path:
+        return self.dir / f"seg-{seg:08d}.scale.npy"
 
     def _write_npy(self, path: Path, array: np.ndarray) -> int:
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -143,9 +177,12 @@ class SegmentStore(VectorStore):
         if cached is not None:
             return cached
         vec_path, layout_path = self._paths(seg)
+        scales = None
         try:
             vectors = np.load(vec_path, mmap_mode="r", allow_pickle=False)
             layout = np.load(layout_path, allow_pickle=False)
+            if self.vector_dtype == "int8":
+                scales = np.load(self._scale_path(seg), mmap_mode="r", allow_pickle=False)
         except FileNotFoundError:
             raise
         except (ValueError, OSError) as exc:
@@ -154,7 +191,11 @@ class SegmentStore(VectorStore):
             ) from None
         if vectors.ndim != 2 or vectors.shape[1] != self.dim or layout.ndim != 2 or layout.shape[1] != 3:
             raise IndexCorruptError(f"segment {vec_path.name} has the wrong shape; run `supergrep index --force`")
-        s = _Segment(seg, vectors, layout)
+        want = np.int8 if self.vector_dtype == "int8" else np.float16
+        if vectors.dtype != want or (scales is not None and scales.shape != (vectors.shape[0],)):
+            raise IndexCorruptError(f"segment {vec_path.name} is not {self.vector_dtype} as the manifest says; "
+                                    f"run `supergrep index --force`")
+        s = _Segment(seg, vectors, layout, scales)
         self._cache[seg] = s
         return s
 
@@ -185,16 +226,23 @@ class SegmentStore(VectorStore):
         if len(lengths) and lengths.min() <= 0:
             raise ValueError("every chunk needs at least one token vector")
         offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-        packed = (np.concatenate([vectors[i] for i in order]).astype(np.float16) if len(order)
-                  else np.zeros((0, self.dim), np.float16))  # (n_tokens, dim)
+        packed = (np.concatenate([vectors[i] for i in order]) if len(order)
+                  else np.zeros((0, self.dim), np.float32))  # (n_tokens, dim)
         if packed.shape[1] != self.dim:
             raise ValueError(f"vectors have dim {packed.shape[1]}, the index stores {self.dim}")
+        scales = None
+        if self.vector_dtype == "int8":
+            packed, scales = quantize_rows(packed)  # (n_tokens, dim) int8, (n_tokens,) float32
+        else:
+            packed = packed.astype(np.float16)
         layout = np.stack([ids, offsets, lengths], axis=1) if len(ids) else np.zeros((0, 3), np.int64)
         self.dir.mkdir(parents=True, exist_ok=True)
         seg = self._new_segment_id(conn)
         vec_path, layout_path = self._paths(seg)
         size = self._write_npy(vec_path, packed)
         crashpoint("between_segment_files")
+        if scales is not None:
+            size += self._write_npy(self._scale_path(seg), scales)
         size += self._write_npy(layout_path, layout)
         fsync_dir(self.dir)
         crashpoint("segment_written")
@@ -292,7 +340,7 @@ class SegmentStore(VectorStore):
         # list(): other threads (a daemon's searches) may add entries while we sum.
         if sum(a.nbytes for a in list(self._f32.values())) + need > self.cache_bytes:
             return None
-        got = np.asarray(seg.vectors, dtype=np.float32)  # (n_tokens, dim)
+        got = seg.rows(0, seg.vectors.shape[0])  # (n_tokens, dim) float32
         self._f32[seg.id] = got
         return got
 
@@ -312,7 +360,7 @@ class SegmentStore(VectorStore):
             if keep[i:j].any():
                 end_tok = offsets[j - 1] + lengths[j - 1]
                 block = self._float32(seg)
-                block = block[start_tok:end_tok] if block is not None else seg.vectors[start_tok:end_tok]
+                block = block[start_tok:end_tok] if block is not None else seg.rows(start_tok, end_tok)
                 scores[i:j] = maxsim_packed(query, block, offsets[i:j] - start_tok)
             i = j
         scores[~keep] = -np.inf
@@ -364,7 +412,7 @@ class SegmentStore(VectorStore):
                 if int(cid) not in where:
                     raise KeyError(f"chunk {cid} has no vectors")
                 seg, off, n = where[int(cid)]
-                out.append(np.asarray(self._load(seg).vectors[off : off + n], dtype=np.float32))
+                out.append(self._load(seg).rows(off, off + n))
             return out
 
         return self._with_retry(conn, run)
@@ -379,7 +427,7 @@ class SegmentStore(VectorStore):
                 loc = where.get(int(cid))
                 if loc is not None:
                     seg, off, n = loc
-                    out[i] = maxsim_packed(query, self._load(seg).vectors[off : off + n], np.zeros(1, np.int64))[0]
+                    out[i] = maxsim_packed(query, self._load(seg).rows(off, off + n), np.zeros(1, np.int64))[0]
             return out
 
         return self._with_retry(conn, run)
@@ -411,7 +459,7 @@ class SegmentStore(VectorStore):
                 for cid, off, n in seg.layout:
                     if int(cid) not in dead:
                         ids.append(int(cid))
-                        vecs.append(np.asarray(seg.vectors[off : off + n]))
+                        vecs.append(seg.rows(off, off + n))  # int8: re-quantizes to the same q
             if ids:
                 self._write_segment(conn, ids, vecs)
             marks = ",".join("?" * len(victims))

@@ -37,6 +37,8 @@ class TrainConfig:
     lora_target_modules: list = _f([], "Linear layers to adapt (PEFT matching); empty: per-architecture default (T5: q,k,v,o,wi_0,wi_1,wo; BERT/MPNet: attention and MLP).")
     query_max_tokens: int = _f(32, "Query length used in training (and saved with the model).")
     document_max_tokens: int = _f(256, "Document length used in training (and saved with the model).")
+    qat_bits: int = _f(0, "Quantization-aware training: fake-quantize the LoRA-merged weights to this many bits in the forward (0: off; 4 or 8, as `supergrep quantize --bits` will).")
+    qat_group_size: int = _f(64, "Input columns per scale in QAT (match `supergrep quantize --group-size`).")
     # -- data -------------------------------------------------------------------------------
     train_file: str = _f("", "Training pairs (JSON Lines from `supergrep mine`; split=='train' rows, or all rows if there is no split).")
     val_file: str = _f("", "Validation pairs; empty: the split=='val' rows of train_file.")
@@ -109,6 +111,12 @@ class TrainConfig:
             problems.append("packing needs attn_implementation sdpa (its block-diagonal mask)")
         if self.max_steps <= 0 and self.epochs <= 0:
             problems.append("set epochs > 0 or max_steps > 0")
+        if self.qat_bits not in (0, 4, 8):
+            problems.append("qat_bits must be 0, 4 or 8")
+        if self.qat_bits and (self.qat_group_size <= 0 or self.qat_group_size % 2):
+            problems.append("qat_group_size must be a positive even number")
+        if self.qat_bits and self.lora_dropout > 0:
+            problems.append("qat_bits needs lora_dropout 0 (the LoRA update is merged before rounding)")
         for f in dataclasses.fields(self):
             ch = f.metadata.get("choices")
             if ch and getattr(self, f.name) not in ch:
