@@ -93,6 +93,12 @@ class SharedEncoder:
         return self.encoder.fingerprint
 
     @property
+    def compatible_fingerprints(self) -> list[str]:
+        """This model's and its compatible forms' fingerprints (an index built with the float
+        model is searched and updated by its int8/ONNX form and the other way round)."""
+        return self.encoder.compatible_fingerprints
+
+    @property
     def device(self) -> str:
         return str(getattr(self.encoder.backend, "device", "cpu"))
 
