@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -128,3 +129,50 @@ def test_bench_cli_train_and_encode(tmp_path):
     assert fwd["tokens_per_s"] > 0 and 0 < fwd["mfu"] < 1
     assert idx["lines"] == 7 and idx["lines_per_s"] > 0, idx
     assert (tmp_path / "o" / "encode-minilm-tiny.md").is_file()
+
+
+def test_bench_train_runs_the_mlx_trainer_on_the_same_workload(tmp_path):
+    pytest.importorskip("mlx.core")
+    from click.testing import CliRunner
+
+    from supergrep.cli import cli
+
+    got = CliRunner().invoke(cli, ["bench", "train", "-w", "minilm-tiny", "--work-dir", str(tmp_path / "w"),
+                                   "--steps", "2", "--warmup", "1", "--variants", "fp32,mlx+fp32", "--json",
+                                   "--device", "cpu"])
+    assert got.exit_code == 0, got.output
+    rows = {r["variant"]: r for r in json.loads(got.stdout)["rows"]}  # stderr: progress bars
+    assert set(rows) == {"fp32", "mlx+fp32"} and all("error" not in r for r in rows.values()), rows
+    assert (rows["fp32"]["backend"], rows["mlx+fp32"]["backend"]) == ("torch", "mlx")
+    for r in rows.values():
+        assert r["device"] == "cpu" and r["samples_per_s"] > 0 and r["mfu"] > 0 and r["peak_memory_bytes"] > 0
+        assert all(math.isfinite(x) for x in r["losses"]) and len(r["losses"]) == 3
+    # same batches, same init: the first step's loss is close (not equal: each framework draws
+    # its own dropout masks)
+    assert rows["mlx+fp32"]["losses"][0] == pytest.approx(rows["fp32"]["losses"][0], rel=0.2)
+
+
+def test_mlx_variants_refuse_what_mlx_cannot_run(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from supergrep.cli import cli
+    from supergrep.errors import UsageError
+
+    for bad, what in (("mlx+packing", "packing"), ("mlx+bf16+compile", "compile"), ("peer+mlx", "peer")):
+        with pytest.raises(ValueError, match=f"mlx cannot run {what}"):
+            parse_variant(bad)
+    v = parse_variant("mlx+bf16+ckpt+eager")
+    assert (v.backend, v.ckpt, v.attn, v.is_naive) == ("mlx", True, "eager", False)
+    assert not parse_variant("mlx+naive").is_naive  # naive is torch's loop
+    names = [g.name for g in grid_variants(["backend=torch,mlx", "compile=0,1"])]
+    assert names == ["naive", "auto", "auto+compile", "mlx+auto"]  # mlx+compile skipped, with a warning
+    got = CliRunner().invoke(cli, ["bench", "train", "-w", "minilm-tiny", "--work-dir", str(tmp_path / "w"),
+                                   "--variants", "fp32,mlx+packing", "--device", "cpu"])
+    assert isinstance(got.exception, UsageError) and got.exception.exit_code == 2
+    assert "mlx cannot run packing" in str(got.exception) and "\n" not in str(got.exception)
+    from supergrep.bench import train as bench_train
+
+    monkeypatch.setattr(bench_train, "mlx_missing", lambda: "the mlx variants need MLX (test); pip install x")
+    got = CliRunner().invoke(cli, ["bench", "train", "-w", "minilm-tiny", "--work-dir", str(tmp_path / "w"),
+                                   "--variants", "mlx+fp32", "--device", "cpu"])
+    assert isinstance(got.exception, UsageError) and "pip install" in str(got.exception)

@@ -18,7 +18,8 @@ def _rate(flops_per_s: float) -> str:
 
 def train_markdown(res: dict) -> str:
     wl = res["workload"]
-    peak = ", ".join(f"{d}: {_rate(p['flops_per_s'])} ({p['dtype']} {p['n']}^3 GEMM)" for d, p in res["peaks"].items())
+    peak = ", ".join(f"{d}: {_rate(p['flops_per_s'])} ({p['dtype']} {p['n']}^3 GEMM)"
+                     for d, p in res["peaks"].items() if p)
     head = [f"**bench train**, workload `{wl['name']}` ({wl['note']}), batch {wl['batch_size']}, query "
             f"{wl['query_len']} tokens, documents from mined code (mean {res['lengths']['mean']:.0f} tokens, cap "
             f"{wl['doc_cap']}); {res['steps']} timed steps after {res['warmup']} warm-up; peak {peak}.", "",

@@ -13,16 +13,25 @@ A variant is written as ``+``-joined tokens (``bf16+compile+packing``):
     sync                      read the loss back every step (a host sync)
     peer                      sentence-transformers' MultiVectorEncoder + its multi-vector MNRL loss
     bs=N, device=D            batch size, device
+    mlx | torch               the training backend (default torch): ``mlx`` runs the same workload,
+                              batches, LoRA, loss and optimizer through the MLX trainer
+                              (``backends/mlx_train.py``); ``fp32|bf16``, ``eager``, ``ckpt``, the
+                              batchings, ``sync``, ``bs=`` and ``device=`` apply to it; ``compile``
+                              (MLX always ``mx.compile``s its step), ``packing``, ``peer`` and
+                              ``fp16`` are refused
 
 ``naive`` is ``fp32+eager+padmax+sync``: the seeds' reference loop (fp32, eager attention, padded
 to the maximum length, a host sync every step), run through the same trainer. ``--grid`` takes
 axes (``precision=fp32,bf16 compile=0,1 packing=0,1 batch=16,48 device=cpu,cuda ...``) whose
-product is run, plus naive on each device.
+product is run, plus naive on each device; ``backend=torch,mlx`` is an axis too (its product's
+combinations MLX cannot run are skipped with a warning). ``naive`` is always the torch loop: an
+``mlx`` row's speedup is over torch's naive loop on the same device.
 
 Each variant: a fresh trainer (LoRA + projection on the workload's model), ``warmup`` untimed steps,
 then ``steps`` timed steps with one device sync at the end (except ``sync``); the same synthetic
-pairs for every variant. Reported: samples/s, useful tokens/s, MFU (``flops.py``), peak memory,
-the share of computed tokens that are real, loss at the first and last step, speedup over naive.
+pairs for every variant. Reported: samples/s, useful tokens/s, MFU (``flops.py``, the same FLOP
+count for both backends), peak memory (torch: CUDA's allocator, else the process RSS; MLX: its
+peak-memory counter, ``mx.get_peak_memory``), the share of computed tokens that are real, loss at the first and last step, speedup over naive.
 """
 
 from __future__ import annotations
@@ -57,11 +66,38 @@ class Variant:
     peer: bool = False
     batch_size: int = 0  # 0: the workload's
     device: str = "auto"
+    backend: str = "torch"
 
     @property
     def is_naive(self) -> bool:
-        return (self.precision == "fp32" and self.attn == "eager" and self.batching == "padmax" and self.sync
+        return (self.backend == "torch" and self.precision == "fp32" and self.attn == "eager"
+                and self.batching == "padmax" and self.sync
                 and not (self.compile or self.ckpt or self.packing or self.peer))
+
+
+MLX_HINT = "pip install 'supergrep[mlx]' (Linux + NVIDIA: pip install 'mlx[cuda13]')"
+
+
+def mlx_conflict(v: Variant) -> str | None:
+    """Why the MLX trainer cannot run ``v`` as asked (None: it can, or ``v`` is a torch variant)."""
+    if v.backend != "mlx":
+        return None
+    bad = [t for t, on in (("compile", v.compile), ("packing", v.packing), ("peer", v.peer),
+                           ("fp16", v.precision == "fp16")) if on]
+    if not bad:
+        return None
+    why = {"compile": "MLX always mx.compiles its step", "packing": "the MLX trainer has no packed rows",
+           "peer": "the peer is a torch model", "fp16": "the MLX trainer has no fp16 loss scaling"}
+    return f"'{v.name}': mlx cannot run {'+'.join(bad)} ({'; '.join(why[b] for b in bad)})"
+
+
+def mlx_missing() -> str | None:
+    """A one-line hint when MLX is not importable, else None."""
+    try:
+        import mlx.core  # noqa: F401
+    except ImportError as exc:
+        return f"the mlx variants need MLX ({exc}); {MLX_HINT}"
+    return None
 
 
 def parse_variant(text: str) -> Variant:
@@ -88,14 +124,20 @@ def parse_variant(text: str) -> Variant:
             kw["batch_size"] = int(tok[3:])
         elif tok.startswith("device="):
             kw["device"] = tok[7:]
+        elif tok in ("mlx", "torch"):
+            kw["backend"] = tok
         else:
             raise ValueError(f"unknown variant token '{tok}' in '{text}'")
-    return Variant(name=text, **kw)
+    v = Variant(name=text, **kw)
+    why = mlx_conflict(v)
+    if why:
+        raise ValueError(why)
+    return v
 
 
 GRID_AXES = {"precision": "precision", "compile": "compile", "ckpt": "ckpt", "gradient_checkpointing": "ckpt",
              "attn": "attn", "batching": "batching", "packing": "packing", "batch": "batch_size",
-             "batch_size": "batch_size", "device": "device", "sync": "sync"}
+             "batch_size": "batch_size", "device": "device", "sync": "sync", "backend": "backend"}
 
 
 def _axis_value(field: str, v: str):
@@ -103,7 +145,9 @@ def _axis_value(field: str, v: str):
         return v.lower() in ("1", "true", "on", "yes")
     if field == "batch_size":
         return int(v)
-    return v
+    if field == "backend" and v.lower() not in ("torch", "mlx"):
+        raise ValueError(f"bad backend '{v}' in the grid: use torch or mlx")
+    return v.lower() if field == "backend" else v
 
 
 def grid_variants(axes: list[str]) -> list[Variant]:
@@ -128,12 +172,17 @@ def grid_variants(axes: list[str]) -> list[Variant]:
     for combo in itertools.product(*values):
         kw = dict(zip(keys, combo))
         v = Variant(name="", **kw)
-        out.append(replace(v, name=variant_name(v)))
+        v = replace(v, name=variant_name(v))
+        why = mlx_conflict(v)
+        if why:
+            log.warning("grid: skipping %s", why)
+            continue
+        out.append(v)
     return out
 
 
 def variant_name(v: Variant) -> str:
-    parts = [v.precision]
+    parts = ["mlx", v.precision] if v.backend == "mlx" else [v.precision]
     parts += [t for t, on in (("compile", v.compile), ("ckpt", v.ckpt), ("packing", v.packing), ("sync", v.sync),
                               ("peer", v.peer)) if on]
     if v.attn != "sdpa":
@@ -152,13 +201,32 @@ DEFAULT_GPU = ["naive", "fp32", "bf16+random", "bf16", "bf16+packing", "bf16+com
                "bf16+ckpt", "peer+bf16", "peer+bf16+random"]
 
 
-def _device(name: str) -> str:
+def _device(name: str, backend: str = "torch") -> str:
+    if backend == "mlx":
+        missing = mlx_missing()
+        if missing:
+            from supergrep.errors import UsageError
+
+            raise UsageError(missing)
+        from supergrep.backends.mlx_backend import device_name
+        from supergrep.backends.mlx_backend import pick_device as mlx_pick
+
+        return device_name(mlx_pick(name))
     from supergrep.backends.torch_backend import pick_device
 
     return pick_device(name)
 
 
-def _sync(device: str) -> None:
+def _sync(device: str, mlx_values: list | None = None) -> None:
+    """Wait for the device; with ``mlx_values`` (the MLX losses so far), evaluate them (MLX is
+    lazy; its train_step already evaluates each step) and wait for MLX's stream."""
+    if mlx_values is not None:
+        import mlx.core as mx
+
+        mx.eval([x for x in mlx_values if isinstance(x, mx.array)])
+        if hasattr(mx, "synchronize"):
+            mx.synchronize()
+        return
     import torch
 
     if device.startswith("cuda"):
@@ -191,7 +259,7 @@ def train_config(wl: Workload, v: Variant, device: str, batch_size: int):
     if precision == "auto":
         precision = "bf16" if device.startswith("cuda") else "fp32"
     return TrainConfig(
-        model_path=str(wl.model_dir), projection_dim=wl.projection_dim, lora_r=wl.lora_r, lora_alpha=wl.lora_alpha,
+        backend=v.backend, model_path=str(wl.model_dir), projection_dim=wl.projection_dim, lora_r=wl.lora_r, lora_alpha=wl.lora_alpha,
         lora_target_modules=list(wl.lora_targets), query_max_tokens=wl.query_len, document_max_tokens=wl.doc_cap,
         batch_size=batch_size, lr=LR, temperature=TEMPERATURE, margin_weight=0.0, precision=precision,
         attn_implementation=v.attn, compile=v.compile, gradient_checkpointing=v.ckpt, packing=v.packing,
@@ -233,12 +301,17 @@ def computed_tokens(batch) -> int:
 
 def run_variant(wl: Workload, v: Variant, steps: int, warmup: int, mf: ModelFlops, peak: float,
                 seed: int = 0) -> dict:
-    device = _device(v.device)
+    why = mlx_conflict(v)
+    if why:
+        raise ValueError(why)
+    mlx = v.backend == "mlx"
+    device = _device(v.device, v.backend)
     bs = v.batch_size or wl.batch_size
     pool = make_pool(wl, bs * (warmup + steps), seed)
     batches = make_batches(pool, wl, bs, v.batching, v.packing and not v.peer, seed)
     memory = MemoryRecorder(device=device)
-    _reset_peak(device)
+    if not mlx:
+        _reset_peak(device)
     if v.peer:
         from supergrep.bench.peer import PeerTrainer
 
@@ -249,14 +322,14 @@ def run_variant(wl: Workload, v: Variant, steps: int, warmup: int, mf: ModelFlop
     t_start = time.perf_counter()
     for i, b in enumerate(batches):
         if i == warmup:
-            _sync(device)
+            _sync(device, raw if mlx else None)
             memory.sample(i)
             t_start = time.perf_counter()
         loss, _ = trainer.train_step(b, LR)
         raw.append(float(loss) if v.sync else loss)  # naive: a host sync every step
         if i >= warmup:
             memory.sample(i + 1)
-    _sync(device)
+    _sync(device, raw if mlx else None)
     seconds = time.perf_counter() - t_start
     losses = [float(x) for x in raw]  # after the clock stopped
     if not all(math.isfinite(x) for x in losses):
@@ -269,7 +342,8 @@ def run_variant(wl: Workload, v: Variant, steps: int, warmup: int, mf: ModelFlop
         "warmup": warmup, "seconds": seconds, "samples_per_s": steps * bs / seconds,
         "useful_tokens_per_s": useful / seconds, "token_efficiency": useful / sum(computed_tokens(b) for b in timed),
         "tflops": flops / seconds / 1e12, "mfu": flops / seconds / peak if peak else None,
-        "peak_memory_bytes": _peak_bytes(device, memory), "memory": memory.summary(),
+        "peak_memory_bytes": trainer.memory()["peak_bytes"] if mlx else _peak_bytes(device, memory),
+        "memory": memory.summary(), "backend": v.backend,
         "loss_first": sum(losses[:3]) / len(losses[:3]), "loss_last": sum(losses[-3:]) / len(losses[-3:]),
         "losses": losses, "system": "sentence-transformers" if v.peer else "supergrep",
         **(trainer.describe() if hasattr(trainer, "describe") else {}),
@@ -283,8 +357,12 @@ def run_train_bench(wl: Workload, variants: list[Variant], steps: int = 20, warm
     then, so a run cut short keeps what it measured)."""
     import torch
 
-    devices = sorted({_device(v.device) for v in variants})
-    peaks = peak or {d: measure_peak(d) for d in devices}
+    if any(v.backend == "mlx" for v in variants) and mlx_missing():
+        from supergrep.errors import UsageError
+
+        raise UsageError(mlx_missing())
+    devices = sorted({_device(v.device, v.backend) for v in variants})
+    peaks = peak or {d: _measure_peak(d) for d in devices}
     mf = workload_flops(wl)
     t0 = time.perf_counter()
     rows: list[dict] = []
@@ -294,10 +372,10 @@ def run_train_bench(wl: Workload, variants: list[Variant], steps: int = 20, warm
         if time_limit is not None and time.perf_counter() - t0 > time_limit:
             rows.append({"variant": v.name, "skipped": f"time limit {time_limit:.0f} s reached"})
             continue
-        dev = _device(v.device)
+        dev = _device(v.device, v.backend)
         log.info("bench train %s: %s", wl.name, v.name)
         try:
-            row = run_variant(wl, v, steps, warmup, mf, peaks[dev]["flops_per_s"])
+            row = run_variant(wl, v, steps, warmup, mf, (peaks.get(dev) or {}).get("flops_per_s"))
         except Exception as exc:  # noqa: BLE001 - one variant failing (OOM, no peer) must not end the run
             reason = "out of memory" if "out of memory" in str(exc).lower() else f"{type(exc).__name__}: {exc}"
             row = {"variant": v.name, "device": dev, "error": reason[:500]}
@@ -315,6 +393,15 @@ def run_train_bench(wl: Workload, variants: list[Variant], steps: int = 20, warm
     if on_row is not None:
         on_row(res)
     return res
+
+
+def _measure_peak(device: str) -> dict | None:
+    """The device's GEMM peak (torch); None where torch does not name MLX's device (metal)."""
+    try:
+        return measure_peak(device)
+    except Exception as exc:  # noqa: BLE001 - no peak: the MFU column is left empty
+        log.warning("no GEMM peak for %s (%s): MFU not reported", device, exc)
+        return None
 
 
 def _result(wl: Workload, steps: int, warmup: int, peaks: dict, mf: ModelFlops, rows: list[dict], t0: float) -> dict:
@@ -356,6 +443,10 @@ def environment() -> dict:
         import transformers
 
         env["transformers"] = transformers.__version__
+    with contextlib.suppress(Exception):
+        import mlx.core as mx
+
+        env["mlx"] = mx.__version__
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(0)
         env["cuda"] = torch.version.cuda

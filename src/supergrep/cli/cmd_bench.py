@@ -44,10 +44,11 @@ def _workload_options(f):
 @bench_group.command("train")
 @_workload_options
 @click.option("--variants", default=None, metavar="V1,V2,...",
-              help="Variants as +-joined tokens, e.g. naive,bf16,bf16+packing,bf16+compile,peer+bf16 "
-                   "(default: a CPU or GPU ladder).")
+              help="Variants as +-joined tokens, e.g. naive,bf16,bf16+packing,bf16+compile,peer+bf16; "
+                   "mlx+fp32, mlx+bf16 run the MLX trainer (default: a CPU or GPU ladder).")
 @click.option("--grid", "grid", multiple=True, metavar="KEY=V1,V2",
-              help="Grid axis (repeatable): precision, compile, ckpt, attn, batching, packing, batch, device, sync; "
+              help="Grid axis (repeatable): precision, compile, ckpt, attn, batching, packing, batch, device, sync, "
+                   "backend (torch,mlx); "
                    "the product is run, plus naive.")
 @click.option("--steps", type=click.IntRange(min=1), default=20, show_default=True, help="Timed steps per variant.")
 @click.option("--warmup", type=click.IntRange(min=0), default=5, show_default=True, help="Untimed steps first.")
@@ -61,12 +62,15 @@ def bench_train_cmd(workloads, model_path, batch_size, doc_cap, work_dir, out_di
         supergrep bench train -w xtr-base --variants naive,bf16,bf16+packing,bf16+compile,peer+bf16
 
         supergrep bench train -w minilm --grid precision=fp32,bf16 --grid packing=0,1 --out bench/
+
+        supergrep bench train -w minilm --variants naive,fp32,mlx+fp32 --device cpu
     """
     from supergrep.bench import report
     from supergrep.bench.train import (
         DEFAULT_CPU,
         DEFAULT_GPU,
         grid_variants,
+        mlx_missing,
         parse_variant,
         run_train_bench,
     )
@@ -86,6 +90,8 @@ def bench_train_cmd(workloads, model_path, batch_size, doc_cap, work_dir, out_di
             chosen = [v if v.device != "auto" else _with_device(v, opts.device) for v in chosen]
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if any(v.backend == "mlx" for v in chosen) and mlx_missing():
+        raise UsageError(mlx_missing())
     results = []
     for name in workloads or ("minilm",):
         wl = get_workload(name, _work_dir(work_dir), model_path, batch_size, doc_cap)
