@@ -54,13 +54,13 @@ class PeerTrainer:
     """One optimizer step per ``train_step(batch, lr)``, like ``TorchTrainer``."""
 
     def __init__(self, wl, variant, device: str, lr: float, temperature: float):
+        why = available()  # first: peft and sentence-transformers are optional (the bench extra)
+        if why:
+            raise RuntimeError(f"peer unavailable: {why}")
         import torch
         from peft import LoraConfig
         from torch import nn
 
-        why = available()
-        if why:
-            raise RuntimeError(f"peer unavailable: {why}")
         (MVE, Loss, Mask, mean_colbert_scores, Normalize, Transformer, Dense) = _modules()
         self.device = torch.device(device)
         precision = variant.precision
