@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from supergrep.cli.cmd_bench_search import bench_search_cmd
 from supergrep.cli.common import Options, common_options
 from supergrep.cli.output import echo_json
 
@@ -150,10 +151,4 @@ def bench_encode_cmd(workloads, model_path, batch_size, doc_cap, work_dir, out_d
         echo_json(results if len(results) > 1 else results[0])
 
 
-def _register_search() -> None:
-    from supergrep.cli.cmd_bench_search import bench_search_cmd
-
-    bench_group.add_command(bench_search_cmd)
-
-
-_register_search()
+bench_group.add_command(bench_search_cmd)  # `bench search` (cli/cmd_bench_search.py)

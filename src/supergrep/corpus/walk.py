@@ -131,6 +131,23 @@ class _Rules:
         return False
 
 
+def _root_rules(root_path: Path, cfg: WalkConfig) -> _Rules:
+    """The rules in force above the root: git's global excludes and .git/info/exclude."""
+    if not cfg.respect_ignore_files:
+        return _Rules([])
+    extra: list[str] = []
+    gfile = _global_excludes_file()
+    if gfile is not None:
+        extra += _read_patterns(gfile)
+    extra += _read_patterns(root_path / ".git" / "info" / "exclude")
+    return _Rules([("", pathspec.GitIgnoreSpec.from_lines(extra))] if extra else [])
+
+
+def _user_excludes(cfg: WalkConfig) -> pathspec.PathSpec | None:
+    """``exclude_globs``: applied last, so no ignore file can re-include what they exclude."""
+    return pathspec.GitIgnoreSpec.from_lines(cfg.exclude_globs) if cfg.exclude_globs else None
+
+
 def _dir_spec(directory: Path, names: set[str]) -> pathspec.PathSpec | None:
     lines: list[str] = []
     # Later lines win in gitignore semantics, so .ignore (higher precedence) comes last.
@@ -154,20 +171,8 @@ def walk(root: str | os.PathLike, cfg: WalkConfig | None = None, stats: WalkStat
     stats = stats if stats is not None else WalkStats()
     root_path = Path(root).resolve()
     real_root = str(root_path)
-    base: list[tuple[str, pathspec.PathSpec]] = []
-    if cfg.respect_ignore_files:
-        extra: list[str] = []
-        gfile = _global_excludes_file()
-        if gfile is not None:
-            extra += _read_patterns(gfile)
-        extra += _read_patterns(root_path / ".git" / "info" / "exclude")
-        if extra:
-            base.append(("", pathspec.GitIgnoreSpec.from_lines(extra)))
-    if cfg.exclude_globs:
-        # User excludes apply last so that no ignore file can re-include what they exclude.
-        user = pathspec.GitIgnoreSpec.from_lines(cfg.exclude_globs)
-    else:
-        user = None
+    base_rules = _root_rules(root_path, cfg)
+    user = _user_excludes(cfg)
     excluded = set(cfg.excluded_dirs)
     visited: set[tuple[int, int]] = set()
 
@@ -243,7 +248,6 @@ def walk(root: str | os.PathLike, cfg: WalkConfig | None = None, stats: WalkStat
                 continue
             yield Source(rel, entry.path, spec.name, fst.st_size, fst.st_mtime_ns)
 
-    base_rules = _Rules(base)
     if not root_path.is_dir():
         return
     yield from visit(str(root_path), "", base_rules)
@@ -278,16 +282,8 @@ def source_at(root: str | os.PathLike, rel: str, cfg: WalkConfig | None = None,
     parts = [p for p in rel.split("/") if p]
     if not parts or any(p in (".", "..") for p in parts):
         return None
-    rules = _Rules([])
-    if cfg.respect_ignore_files:
-        extra: list[str] = []
-        gfile = _global_excludes_file()
-        if gfile is not None:
-            extra += _read_patterns(gfile)
-        extra += _read_patterns(root_path / ".git" / "info" / "exclude")
-        if extra:
-            rules = rules.push("", pathspec.GitIgnoreSpec.from_lines(extra))
-    user = pathspec.GitIgnoreSpec.from_lines(cfg.exclude_globs) if cfg.exclude_globs else None
+    rules = _root_rules(root_path, cfg)
+    user = _user_excludes(cfg)
     excluded = set(cfg.excluded_dirs)
 
     def push_dir(rules: _Rules, directory: Path, rel_dir: str) -> _Rules:
