@@ -62,3 +62,24 @@ def test_eval_pairs_cli(tmp_path, tiny_model):
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["n"] == 40 and set(out) >= {"mrr", "r@1", "r@5", "r@10", "model"}
+
+
+def test_eval_pairs_behaviour_drops_the_words_the_code_spells(tmp_path, tiny_model):
+    rng = np.random.default_rng(1)
+    lines = []
+    for i in range(40):
+        words = " ".join(rng.choice(WORDS, 6))
+        # Three words the code never spells survive; the six it does are dropped.
+        other = " ".join(rng.choice("oscar papa quebec romeo sierra tango uniform victor".split(), 3))
+        lines.append(json.dumps({"query": f"{words} {other}",
+                                 "code": f"def f{i}():\n    return '{words}'"}))
+    p = tmp_path / "pairs.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    args = ["eval-pairs", "--pairs", str(p), "--candidates", "20", "--model-path", str(tiny_model), "--json"]
+    plain = json.loads(CliRunner().invoke(cli, args).stdout)
+    r = CliRunner().invoke(cli, [*args, "--behaviour"])
+    assert r.exit_code == 0, r.output
+    behaviour = json.loads(r.stdout)
+    assert behaviour["behaviour"] is True and behaviour["n"] == 40
+    # Without the shared words a random model can no longer find the code.
+    assert behaviour["mrr"] < plain["mrr"] - 0.15, (plain["mrr"], behaviour["mrr"])

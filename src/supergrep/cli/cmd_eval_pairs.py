@@ -19,10 +19,14 @@ from supergrep.cli.output import echo_json
 @click.option("--seed", type=int, default=0, show_default=True, help="Shuffle seed for the groups.")
 @click.option("--split", default="val", show_default=True,
               help="Use rows of this split (rows without a split are always used); '' for all rows.")
+@click.option("--behaviour", is_flag=True,
+              help="Drop from every query the words its code already spells (identifiers, symbol, path), "
+                   "keeping pairs with at least 3 words left: a held-out proxy for queries that describe "
+                   "behaviour without naming it.")
 @click.option("--json", "as_json", is_flag=True)
 @common_options
-def eval_pairs_cmd(pairs_path: Path, candidates: int, limit: int | None, seed: int, split: str, as_json: bool,
-                   opts: Options) -> None:
+def eval_pairs_cmd(pairs_path: Path, candidates: int, limit: int | None, seed: int, split: str, behaviour: bool,
+                   as_json: bool, opts: Options) -> None:
     """MRR and R@1/5/10 of finding each pair's code among N candidates.
 
         supergrep eval-pairs --pairs val.jsonl --candidates 100
@@ -30,11 +34,18 @@ def eval_pairs_cmd(pairs_path: Path, candidates: int, limit: int | None, seed: i
     from supergrep.evaluation.pairs import evaluate_pairs, load_pairs
 
     pairs = load_pairs(pairs_path, split=split or None)
+    if behaviour:
+        import dataclasses
+
+        from supergrep.train.augment import drop_identifier_words
+
+        dropped = ((p, drop_identifier_words(p.query, p.document())) for p in pairs)
+        pairs = [dataclasses.replace(p, query=q) for p, q in dropped if q is not None]
     cfg = opts.config(None)
     encoder = opts.encoder(cfg)
     m = evaluate_pairs(encoder, pairs, candidates=candidates, seed=seed, limit=limit)
     if as_json:
-        echo_json({"model": encoder.name, **m})
+        echo_json({"model": encoder.name, "behaviour": behaviour, **m})
         return
     click.echo(f"{encoder.name}: {m['n']} pairs, {m['candidates']} candidates each: "
                f"MRR {m['mrr']:.3f}  R@1 {m['r@1']:.3f}  R@5 {m['r@5']:.3f}  R@10 {m['r@10']:.3f}")

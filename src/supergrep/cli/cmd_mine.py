@@ -120,3 +120,38 @@ def mine_cmd(paths: tuple[Path, ...], output: Path, exclude: tuple[str, ...], no
             click.echo(line)
     if stats.pairs == 0:
         raise SystemExit(1)
+
+
+@click.command("mine-negatives")
+@click.argument("pairs", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="JSON Lines file to write: every row of PAIRS, training rows with 'negatives' added.")
+@click.option("--per-query", type=click.IntRange(1, 32), default=1, show_default=True,
+              help="Hard negatives per training row (each is one more document in the batch).")
+@click.option("--skip-top", type=click.IntRange(0), default=0, show_default=True,
+              help="BM25 hits to skip before choosing (a guard against near-copies of the answer).")
+@click.option("-j", "--jobs", type=click.IntRange(0), default=0, show_default=True,
+              help="Worker processes (0: one per CPU core).")
+@click.option("--json", "as_json", is_flag=True, help="Print the run's statistics as one JSON object.")
+@common_options(model_path=False)
+def mine_negatives_cmd(pairs: Path, output: Path, per_query: int, skip_top: int, jobs: int, as_json: bool,
+                       opts: Options) -> None:
+    """Add BM25 hard negatives to the training rows of a pairs file (`train` with
+    hard_negatives: true uses them).
+
+    A negative is same-language training code that BM25 ranks high for the query but is not
+    the answer (never the code itself, a whitespace-equal copy, a same-named symbol, or code
+    with the same docstring summary). Validation rows are copied unchanged and are never
+    negatives.
+
+        supergrep mine-negatives pairs.jsonl -o pairs-hn.jsonl --per-query 1
+    """
+    from supergrep.corpus.negatives import mine_negatives
+
+    stats = mine_negatives(pairs, output, per_query=per_query, skip_top=skip_top, workers=jobs)
+    if as_json:
+        echo_json(stats.to_dict())
+        return
+    click.echo(f"{stats.negatives} negatives for {stats.with_negatives} of {stats.train_rows} training rows "
+               f"({stats.no_match} without a BM25 match) in {stats.seconds:.1f} s -> {stats.output}")
+    click.echo(f"  by language: {_counts(stats.by_language)}")

@@ -42,19 +42,21 @@ class Pair:
     language: str = ""
     repo: str = ""
     split: str = ""
-    negatives: tuple[str, ...] = field(default=())  # document texts of hard negatives
+    negatives: tuple[Pair, ...] = field(default=())  # hard negatives: code (+ path, symbol, docstring), no query
     docstring: str = ""  # the full cleaned docstring the query's summary came from
 
     def document(self) -> str:
         return code_document(self.code, self.path, self.symbol, self.language)
 
 
-def _negative(obj: object, where: str) -> str:
+def _negative(obj: object, where: str) -> Pair:
+    # A negative is rendered like a positive (header + code), so the header alone never tells
+    # them apart; kept as a Pair so the training augmentations can treat both alike.
     if isinstance(obj, str) and obj.strip():
-        return obj
+        return Pair("", obj)
     if isinstance(obj, dict) and isinstance(obj.get("code"), str):
-        return code_document(obj["code"], str(obj.get("path", "")), str(obj.get("symbol", "")),
-                             str(obj.get("language", "")))
+        return Pair("", obj["code"], str(obj.get("path", "")), str(obj.get("symbol", "")),
+                    str(obj.get("language", "")), docstring=str(obj.get("docstring", "") or ""))
     raise InputError(f"{where}: each of 'negatives' must be a code string or an object with 'code'")
 
 

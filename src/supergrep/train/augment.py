@@ -54,8 +54,8 @@ def drop_identifier_words(query: str, document: str) -> str | None:
     return " ".join(kept)
 
 
-def chosen(seed: int, index: int, fraction: float) -> bool:
-    """A deterministic coin flip per (seed, pair index).
+def chosen(seed: int, index: int | str, fraction: float) -> bool:
+    """A deterministic coin flip per (seed, pair index or any other key).
 
     >>> [chosen(0, i, 0.5) for i in range(6)] == [chosen(0, i, 0.5) for i in range(6)]
     True

@@ -80,7 +80,7 @@ class TokenCache:
     def build(cls, pairs: list[Pair], tokenizer: RoleTokenizer) -> TokenCache:
         q_ids, q_off = _pack(tokenizer([p.query for p in pairs], "query"))
         d_ids, d_off = _pack(tokenizer([p.document() for p in pairs], "document"))
-        negs = [n for p in pairs for n in p.negatives]
+        negs = [n.document() for p in pairs for n in p.negatives]
         n_ids, n_off = _pack(tokenizer(negs, "document") if negs else [])
         n_of = np.zeros(len(pairs) + 1, dtype=np.int64)
         np.cumsum([len(p.negatives) for p in pairs], out=n_of[1:])

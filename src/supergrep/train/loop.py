@@ -144,14 +144,24 @@ def augment_pairs(pairs: list, cfg: TrainConfig) -> list:
             q = drop_identifier_words(p.query, p.document())
             if q is not None:
                 p = dataclasses.replace(p, query=q)
-        if chosen(cfg.seed + 1, i, cfg.document_header_dropout):
-            p = dataclasses.replace(p, path="", symbol="")
-        if p.docstring and chosen(cfg.seed + 2, i, cfg.docstring_body_rate):
-            body = docstring_body(p.docstring)
-            if body:
-                p = dataclasses.replace(p, code=with_docstring_body(p.code, body, p.language))
+        p = _augment_document(p, i, cfg)
+        if p.negatives:
+            # Hard negatives get the same document augmentations at the same rates, or a
+            # header or a docstring body alone would tell the positive apart.
+            p = dataclasses.replace(p, negatives=tuple(_augment_document(n, f"{i}/{k}", cfg)
+                                                       for k, n in enumerate(p.negatives)))
         out.append(p)
     return out
+
+
+def _augment_document(p, key: int | str, cfg: TrainConfig):
+    if chosen(cfg.seed + 1, key, cfg.document_header_dropout):
+        p = dataclasses.replace(p, path="", symbol="")
+    if p.docstring and chosen(cfg.seed + 2, key, cfg.docstring_body_rate):
+        body = docstring_body(p.docstring)
+        if body:
+            p = dataclasses.replace(p, code=with_docstring_body(p.code, body, p.language))
+    return p
 
 
 def _load_data(cfg: TrainConfig, spec: ModelSpec, tokenizer: RoleTokenizer) -> tuple[TokenCache, TokenCache | None]:
