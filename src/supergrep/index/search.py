@@ -135,26 +135,44 @@ class Searcher:
         if mode in ("lexical", "hybrid"):
             ids, scores = self.index.lexical(query, limit if mode == "lexical" else cfg.candidates, allowed)
             lex = dict(zip(ids.tolist(), scores.tolist(), strict=True))
-        if mode in ("semantic", "hybrid"):
+        exact: set[int] = set()
+        q = None
+        if mode == "semantic":
             q = self._query_vectors(query)
-            ids, scores = store.search(conn, q, limit if mode == "semantic" else max(limit, cfg.candidates), allowed,
-                                       exact=cfg.exact)
+            ids, scores = store.search(conn, q, limit, allowed, exact=cfg.exact)
             sem = dict(zip(ids.tolist(), scores.tolist(), strict=True))
-            if mode == "hybrid" and cfg.fusion == "score":
-                # Exact MaxSim for BM25's candidates too, so every candidate has both scores.
-                missing = [d for d in lex if d not in sem]
-                if missing:
-                    extra = store.score(conn, q, missing)
-                    sem.update({d: float(v) for d, v in zip(missing, extra, strict=True) if np.isfinite(v)})
+        elif mode == "hybrid":
+            q = self._query_vectors(query)
+            # Score fusion needs a semantic score for every BM25 candidate too; RRF only ranks.
+            also = list(lex) if cfg.fusion == "score" else []
+            ids, scores, is_exact = store.search_deep(conn, q, max(limit, cfg.candidates), allowed, also,
+                                                      exact=cfg.exact)
+            sem = dict(zip(ids.tolist(), scores.tolist(), strict=True))
+            exact = set(ids[is_exact].tolist())
 
         if mode == "semantic":
             fused = sem
         elif mode == "lexical":
             fused = lex
         elif cfg.fusion == "rrf":
-            fused = weighted_rrf([list(sem), list(lex)], [sem_w, lex_w], cfg.rrf_k)
+            fused = weighted_rrf([sorted(sem, key=lambda d: (-sem[d], d)), list(lex)], [sem_w, lex_w], cfg.rrf_k)
         else:
             fused = score_fusion(sem, lex, sem_w, lex_w)
+            # A store that prunes estimated the deep candidates' scores: the results get exact
+            # ones, fused again until the top `limit` are all exact (rarely more than one round).
+            for _ in range(8):
+                top = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+                todo = [d for d, _ in top if d in sem and d not in exact]
+                if not todo:
+                    break
+                got = store.score(conn, q, todo)
+                for d, v in zip(todo, got.tolist(), strict=True):
+                    exact.add(d)
+                    if np.isfinite(v):
+                        sem[d] = float(v)
+                    else:
+                        sem.pop(d)
+                fused = score_fusion(sem, lex, sem_w, lex_w)
 
         best = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
         rows = self.index.chunks([d for d, _ in best])
