@@ -199,7 +199,10 @@ class CompressedStore(SegmentStore):
         path = self._cpath(seg)
         _, a = read_container(path, SEGMENT_KIND, SEGMENT_VERSION)  # FileNotFoundError: retried
         try:
-            s = _CSegment(seg, np.asarray(a["layout"]), a["codes"], a["resid"], a["ivf"], np.asarray(a["ivf_off"]))
+            # Plain ndarray views of the mappings: np.memmap's __getitem__ costs more than the
+            # gathers a search does through it.
+            s = _CSegment(seg, np.asarray(a["layout"]), a["codes"].view(np.ndarray), a["resid"].view(np.ndarray),
+                          a["ivf"].view(np.ndarray), np.asarray(a["ivf_off"]))
         except KeyError:
             raise IndexCorruptError(f"{path.name} lacks an array; run `supergrep index --force`") from None
         if s.resid.ndim != 2 or len(s.codes) != len(s.resid) or s.layout.ndim != 2:
