@@ -381,16 +381,17 @@ def test_search_deep_scores_the_head_exactly_and_estimates_the_rest(tmp_path, da
     gaps = []
     for q in queries_from(docs, np.random.default_rng(10), n=10):
         also = [7, 123, 10**6]  # BM25 candidates; one is not in the index
-        ids, scores, exact = s.search_deep(conn, q, 60, also=also)
+        ids, scores, exact, margin = s.search_deep(conn, q, 60, also=also)
         assert exact.sum() == 16 and len(set(ids.tolist())) == len(ids)
         assert {7, 123} <= set(ids.tolist()) and 10**6 not in ids.tolist()
         truth = np.array([maxsim(q, dec[int(i)]) for i in ids])
         np.testing.assert_allclose(scores[exact], truth[exact], rtol=1e-4)
         gaps.append(np.corrcoef(scores[~exact], truth[~exact])[0, 1])
+        assert margin > 0
         # the exactly scored ones are the candidates `search` re-ranks
         assert sorted(ids[exact].tolist()) == sorted(s.search(conn, q, 16)[0].tolist())
-        ids_x, _, exact_x = s.search_deep(conn, q, 60, also=also, exact=True)
-        assert exact_x.all() and ids_x[:10].tolist() == s.search(conn, q, 10, exact=True)[0].tolist()
+        ids_x, _, exact_x, margin_x = s.search_deep(conn, q, 60, also=also, exact=True)
+        assert margin_x == 0.0 and exact_x.all() and ids_x[:10].tolist() == s.search(conn, q, 10, exact=True)[0].tolist()
     # the estimates follow MaxSim (coarsely on this 32-centroid, 2-bit codec: .67 measured)
     assert np.mean(gaps) > 0.5, np.mean(gaps)
 

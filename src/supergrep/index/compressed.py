@@ -472,11 +472,13 @@ class CompressedStore(SegmentStore):
         return view.doc_ids[docs[best]], scores[best]
 
     def search_deep(self, conn: sqlite3.Connection, query: np.ndarray, k: int, allowed: np.ndarray | None = None,
-                    also: list[int] | None = None, exact: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                    also: list[int] | None = None,
+                    exact: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
         """Hybrid fusion's semantic side: the best ``rerank`` candidates get exact MaxSim, as in
         ``search``; the rest of the top ``k`` and the ``also`` chunks get their centroid
         interaction (``sum_q max_t S[q, code_t]``, no residual decoded) shifted by the median
-        gap between exact and centroid scores over the exactly scored ones. Re-ranking all of
+        gap between exact and centroid scores over the exactly scored ones (the largest
+        deviation from that gap is returned as the estimates' margin). Re-ranking all of
         them exactly decoded ~30x more vectors than a semantic search (docs/daemon.md)."""
         if exact:
             return super().search_deep(conn, query, k, allowed, also, exact=True)
@@ -507,7 +509,9 @@ class CompressedStore(SegmentStore):
             deep = np.unique(np.concatenate([deep, extra]))
         deep = deep[~np.isin(deep, top)]
         est = self._centroid_interaction(view, st, np.concatenate([top, deep]))
-        shift = float(np.median(exact_scores - est[: len(top)]))
+        gap = exact_scores - est[: len(top)]
+        shift = float(np.median(gap))
+        margin = float(np.quantile(np.abs(gap - shift), 0.9))  # how far 9 in 10 estimates were off, at most
         ids = view.doc_ids[np.concatenate([top, deep])]
         scores = np.concatenate([exact_scores, est[len(top):] + shift]).astype(np.float32)
         is_exact = np.arange(len(ids)) < len(top)
@@ -517,7 +521,7 @@ class CompressedStore(SegmentStore):
         rank[order] = np.arange(len(order))
         wanted = (rank < k) | is_exact | np.isin(ids, np.asarray(list(also or []), np.int64))
         pick = order[wanted[order]]
-        return ids[pick], scores[pick], is_exact[pick]
+        return ids[pick], scores[pick], is_exact[pick], margin
 
     def _candidates(self, view: _View, codec: ResidualCodec, query: np.ndarray,
                     keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
