@@ -235,3 +235,22 @@ def test_a_search_that_races_an_update_is_retried_not_taken_for_damage(engine, i
     assert answer["error"]["type"] == "IndexBusyError" and "search again" in answer["error"]["message"]
     assert answer["error"]["exit_code"] == 2
     assert engine.counters["rebuilds"] == 0 and Index(indexed).exists()
+
+
+def test_models_load_through_the_injected_loader(indexed, tiny_model):
+    """`supergrep daemon start` passes the CLI's loader (the backend a direct search picks); the
+    engine must use it for every model instead of building an Encoder itself."""
+    from supergrep.encoder.encoder import Encoder
+
+    calls = []
+
+    def make(spec, cfg):
+        calls.append((spec.path, cfg.encode.device))
+        return Encoder(spec, device="cpu")
+
+    e = Engine(load_config(None), watch=False, persist=False, make_encoder=make)
+    req = {"op": "search", "query": "retry sessions", "path": str(indexed), "cwd": "/", "register": False,
+           "model_path": str(tiny_model)}
+    assert e.handle({**req, "mode": "semantic"})["ok"]
+    assert e.handle({**req, "mode": "hybrid"})["ok"]
+    assert len(calls) == 1 and str(calls[0][0]) == str(tiny_model)  # loaded once, then kept warm

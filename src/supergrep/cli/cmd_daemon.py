@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from supergrep.cli.common import Options, common_options, resolve_root
+from supergrep.cli.common import Options, common_options, make_encoder, resolve_root
 from supergrep.cli.output import echo_json
 from supergrep.daemon import client, lifecycle, paths, registry
 
@@ -81,7 +81,7 @@ def start_cmd(foreground: bool, log_only: bool, verbose: int) -> None:
         # Clients send their own --model-path / $SUPERGREP_MODEL; inside the daemon, "no model"
         # must mean the default model, not whatever this process's environment says.
         env_model = os.environ.pop("SUPERGREP_MODEL", None)
-        engine = Engine(load_config(None), preload=[env_model] if env_model else None)
+        engine = Engine(load_config(None), preload=[env_model] if env_model else None, make_encoder=make_encoder)
         Daemon(engine).run()
         return
     state = lifecycle.probe()

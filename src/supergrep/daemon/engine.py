@@ -267,11 +267,17 @@ class Engine:
         watch: Watch registered projects and keep their indexes current.
         persist: Keep the project registry in ``$SUPERGREP_HOME/daemon/projects.json``.
         preload: Models to load at start when ``[daemon] preload`` is on (None: the default).
+        make_encoder: ``(spec, cfg) -> Encoder``: how a model is loaded. The CLI passes its own
+            (``cli.common.make_encoder``: the default model's int8 ONNX form on a CPU, as a direct
+            search uses), so the daemon answers with the vectors a direct search would, ~5x faster
+            per query than fp32 torch; None: ``Encoder(spec)`` with the ``[encode]`` settings.
     """
 
     def __init__(self, cfg: Config | None = None, watch: bool = True, persist: bool = True,
-                 preload: list[str | None] | None = None):
+                 preload: list[str | None] | None = None,
+                 make_encoder: Callable[[ModelSpec, Config], Encoder] | None = None):
         self.cfg = cfg or load_config(None)
+        self._make_encoder = make_encoder
         self.persist = persist
         self._preload_models = [None] if preload is None else list(preload)
         self.started = time.time()
@@ -362,7 +368,8 @@ class Engine:
             if enc is None:
                 t0 = time.perf_counter()
                 c = self.cfg.encode
-                loaded = Encoder(spec, device=c.device, batch_tokens=c.batch_tokens, threads=c.threads)
+                loaded = (self._make_encoder(spec, self.cfg) if self._make_encoder is not None else
+                          Encoder(spec, device=c.device, batch_tokens=c.batch_tokens, threads=c.threads))
                 enc = SharedEncoder(loaded, time.perf_counter() - t0)
                 log.info("loaded model %s (%s) on %s in %.1f s", spec.name, fingerprint[:12], enc.device,
                          enc.loaded_s)

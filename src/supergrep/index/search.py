@@ -99,6 +99,39 @@ class Searcher:
             self._checked = True
         return self._encoder  # type: ignore[return-value]
 
+    def _fuse_exactly(self, q: np.ndarray, sem: dict[int, float], lex: dict[int, float], exact: set[int],
+                      margin: float, sem_w: float, lex_w: float, limit: int) -> dict[int, float]:
+        """Score fusion where some semantic scores are estimates (``margin``: how far one may be
+        off): candidates are scored exactly until the fusion is the one exact scores would give
+        - the lowest semantic score (min-max scaling's floor: the minimum of noisy estimates is
+        biased low) and every candidate whose estimate, give or take the margin, could reach the
+        top ``limit``. Usually a few dozen chunks in one or two rounds."""
+        store, conn = self.index.store, self.index.conn
+        for _ in range(16):
+            fused = score_fusion(sem, lex, sem_w, lex_w)
+            if len(exact) >= len(sem) or not sem:
+                return fused
+            todo: list[int] = []
+            low = sorted(sem, key=lambda d: sem[d])[:16]
+            if low[0] not in exact:
+                todo = [d for d in low if d not in exact]
+            else:
+                hi, lo = max(sem.values()), sem[low[0]]
+                slack = sem_w * 2 * margin / (hi - lo) if hi > lo else float("inf")
+                ranked = sorted(fused.values(), reverse=True)
+                bar = ranked[min(limit, len(ranked)) - 1]
+                todo = [d for d in sem if d not in exact and fused[d] + slack >= bar]
+            if not todo:
+                return fused
+            got = store.score(conn, q, todo)
+            for d, v in zip(todo, got.tolist(), strict=True):
+                exact.add(d)
+                if np.isfinite(v):
+                    sem[d] = float(v)
+                else:
+                    sem.pop(d)
+        return score_fusion(sem, lex, sem_w, lex_w)
+
     def _query_vectors(self, query: str) -> np.ndarray:
         return self.encoder.encode_queries([query])[0]  # (q_tokens, dim)
 
@@ -135,26 +168,29 @@ class Searcher:
         if mode in ("lexical", "hybrid"):
             ids, scores = self.index.lexical(query, limit if mode == "lexical" else cfg.candidates, allowed)
             lex = dict(zip(ids.tolist(), scores.tolist(), strict=True))
-        if mode in ("semantic", "hybrid"):
+        exact: set[int] = set()
+        q = None
+        if mode == "semantic":
             q = self._query_vectors(query)
-            ids, scores = store.search(conn, q, limit if mode == "semantic" else max(limit, cfg.candidates), allowed,
-                                       exact=cfg.exact)
+            ids, scores = store.search(conn, q, limit, allowed, exact=cfg.exact)
             sem = dict(zip(ids.tolist(), scores.tolist(), strict=True))
-            if mode == "hybrid" and cfg.fusion == "score":
-                # Exact MaxSim for BM25's candidates too, so every candidate has both scores.
-                missing = [d for d in lex if d not in sem]
-                if missing:
-                    extra = store.score(conn, q, missing)
-                    sem.update({d: float(v) for d, v in zip(missing, extra, strict=True) if np.isfinite(v)})
+        elif mode == "hybrid":
+            q = self._query_vectors(query)
+            # Score fusion needs a semantic score for every BM25 candidate too; RRF only ranks.
+            also = list(lex) if cfg.fusion == "score" else []
+            ids, scores, is_exact, margin = store.search_deep(conn, q, max(limit, cfg.candidates), allowed, also,
+                                                              exact=cfg.exact)
+            sem = dict(zip(ids.tolist(), scores.tolist(), strict=True))
+            exact = set(ids[is_exact].tolist())
 
         if mode == "semantic":
             fused = sem
         elif mode == "lexical":
             fused = lex
         elif cfg.fusion == "rrf":
-            fused = weighted_rrf([list(sem), list(lex)], [sem_w, lex_w], cfg.rrf_k)
+            fused = weighted_rrf([sorted(sem, key=lambda d: (-sem[d], d)), list(lex)], [sem_w, lex_w], cfg.rrf_k)
         else:
-            fused = score_fusion(sem, lex, sem_w, lex_w)
+            fused = self._fuse_exactly(q, sem, lex, exact, margin, sem_w, lex_w, limit)
 
         best = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
         rows = self.index.chunks([d for d, _ in best])

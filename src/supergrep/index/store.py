@@ -70,6 +70,28 @@ class VectorStore(ABC):
     def score(self, conn: sqlite3.Connection, query: np.ndarray, chunk_ids: list[int]) -> np.ndarray:
         """Exact MaxSim of the query against the given chunks (missing ids score -inf)."""
 
+    def search_deep(self, conn: sqlite3.Connection, query: np.ndarray, k: int, allowed: np.ndarray | None = None,
+                    also: list[int] | None = None,
+                    exact: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        """The top-``k`` chunks by MaxSim and the scores of the chunks in ``also`` (hybrid
+        fusion's candidates: a deep ranking plus BM25's hits), where a store that prunes may
+        estimate the scores it did not compute exactly.
+
+        Returns:
+            (chunk ids, scores, exact: bool per id, margin), the top ``k`` first, best first,
+            then the ``also`` chunks not among them (missing ones left out); ``margin`` bounds how
+            far an estimate may be off (as observed on the exact ones). This store: all exact.
+        """
+        ids, scores = self.search(conn, query, k, allowed, exact=exact)
+        known = set(ids.tolist())
+        extra = [d for d in dict.fromkeys(also or []) if d not in known]
+        if extra:
+            sc = self.score(conn, query, extra)
+            ok = np.isfinite(sc)
+            ids = np.concatenate([ids, np.asarray(extra, np.int64)[ok]])
+            scores = np.concatenate([scores, sc[ok].astype(np.float32)])
+        return ids, scores, np.ones(len(ids), bool), 0.0
+
     @abstractmethod
     def get(self, conn: sqlite3.Connection, chunk_ids: list[int]) -> list[np.ndarray]:
         """The stored (n_tokens, dim) float32 vectors of each chunk id."""
