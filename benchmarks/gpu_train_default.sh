@@ -29,16 +29,22 @@ run() {  # GPU NAME PAIRS FLAGS...
     --output-dir $W/runs/$name "$@" > $W/$name.json 2> $W/$name.err
   echo "$name rc=$?" >> $W/rc.txt
 }
-# A needs no negatives: it starts at once; the others after the miner (about a minute).
-run 0 p384-d3 $W/pairs.jsonl --projection-dim 384 --distill-weight 3 &
+# RUNS: "GPU NAME DATA FLAGS..." per line, DATA plain|hn (hn waits for the miner, ~30 s).
+RUNS=${RUNS:-"0 p384-d3 plain --projection-dim 384 --distill-weight 3
+1 p384-d3-hn hn --projection-dim 384 --distill-weight 3 --hard-negatives
+2 p128-d3-hn hn --projection-dim 128 --distill-weight 3 --hard-negatives
+3 p384-d1-hn hn --projection-dim 384 --distill-weight 1 --hard-negatives"}
+while read -r gpu name data flags; do
+  # shellcheck disable=SC2086
+  [ "$data" = plain ] && run "$gpu" "$name" $W/pairs.jsonl $flags &
+done <<< "$RUNS"
 t0=$(date +%s)
 python3 -m supergrep mine-negatives $W/pairs.jsonl -o $W/pairs-hn.jsonl --per-query 1 -j 48 2>&1 | tee $W/negatives.txt
 echo "negatives mined in $(( $(date +%s) - t0 )) s"
-if [ -s $W/pairs-hn.jsonl ]; then
-  run 1 p384-d3-hn $W/pairs-hn.jsonl --projection-dim 384 --distill-weight 3 --hard-negatives &
-  run 2 p128-d3-hn $W/pairs-hn.jsonl --projection-dim 128 --distill-weight 3 --hard-negatives &
-  run 3 p384-d1-hn $W/pairs-hn.jsonl --projection-dim 384 --distill-weight 1 --hard-negatives &
-fi
+while read -r gpu name data flags; do
+  # shellcheck disable=SC2086
+  [ "$data" = hn ] && [ -s $W/pairs-hn.jsonl ] && run "$gpu" "$name" $W/pairs-hn.jsonl $flags &
+done <<< "$RUNS"
 wait
 cat $W/rc.txt; for f in $W/*.json; do echo "== $f"; tail -c 1500 "$f"; echo; done
 for f in $W/*.err; do echo "== $f"; tail -3 "$f"; done

@@ -83,3 +83,20 @@ def test_two_copies_of_a_corpus_get_their_own_eval_index(tmp_path):
     a = eval_index_dir("jinja2", tmp_path / "checkout-a" / "src", "f" * 64)
     b = eval_index_dir("jinja2", tmp_path / "checkout-b" / "src", "f" * 64)
     assert a != b and a.name.startswith("jinja2-") and a.name.endswith("f" * 12)
+
+
+def test_two_models_with_one_name_keep_their_own_rows(sample_project, tiny_model, tmp_path):
+    # Two checkpoints of one run share the model name; pooling them would report an average.
+    first, second = tmp_path / "a" / "model", tmp_path / "b" / "model"
+    shutil.copytree(tiny_model, first)
+    shutil.copytree(tiny_model, second)
+    q = tmp_path / "q.jsonl"
+    q.write_text(json.dumps({"id": "a", "corpus": "demo", "query": "retry_with_backoff", "kind": "keyword",
+                             "targets": [{"path": "app/retry.py", "symbol": "retry_with_backoff",
+                                          "start_line": 4, "end_line": 11}]}))
+    r = CliRunner().invoke(cli, ["eval", "--queries", str(q), "--corpus", f"demo={sample_project}", "--mode", "lexical",
+                                 "--model-path", str(first), "--model-path", str(second), "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)["summary"]
+    assert len(rows) == 2 and all(row["n"] == 1 for row in rows)
+    assert [row["model"] for row in rows] == [f"model ({first})", f"model ({second})"]

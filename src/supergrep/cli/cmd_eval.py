@@ -79,7 +79,12 @@ def eval_cmd(queries_path: Path, corpora: tuple[str, ...], mode: str, model_path
         if not as_json:
             click.echo(f"indexing {corpus} with {model} (reused when unchanged)...", err=True)
 
-    results = run_eval(queries, named, [factory(s) for s in specs], modes, cfg, on_index=announce, auto=auto)
+    # Two model directories with the same model name (two checkpoints of one run, say) would pool
+    # their results into one row: label every model by its path then.
+    names = [s.name for s in specs]
+    labels = [f"{n} ({p})" if names.count(n) > 1 else n for n, p in zip(names, model_paths or [None], strict=True)]
+    results = run_eval(queries, named, [factory(s) for s in specs], modes, cfg, on_index=announce, auto=auto,
+                       labels=labels)
     rows = summary_rows(results)
     table = markdown_table(rows)
     groups = _group_table(rows)

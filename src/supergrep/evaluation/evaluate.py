@@ -44,7 +44,8 @@ def eval_index_dir(corpus: str, root: Path, fingerprint: str, vector_dtype: str 
 
 def run_eval(queries: list[Query], corpora: dict[str, Path], encoders: list[Callable[[], Encoder]],
              modes: list[str], cfg: Config | None = None,
-             on_index: Callable[[str, str], None] | None = None, auto: bool = False) -> list[QueryResult]:
+             on_index: Callable[[str, str], None] | None = None, auto: bool = False,
+             labels: list[str] | None = None) -> list[QueryResult]:
     """Index each corpus with each model (reusing unchanged indexes) and run every query.
 
     Args:
@@ -55,20 +56,25 @@ def run_eval(queries: list[Query], corpora: dict[str, Path], encoders: list[Call
         cfg: Walk/chunk/search settings for indexing and searching.
         on_index: Called with (corpus, model name) before each corpus is (re)indexed.
         auto: Search with ``auto=True`` (query-style dependent fusion weights).
+        labels: The name each model's results carry (default: the encoder's name); two models
+            must not share one, or their results would be pooled into one row.
     """
     cfg = cfg or Config()
     missing = sorted({q.corpus for q in queries} - set(corpora))
     if missing:
         raise UsageError(f"queries refer to corpora with no --corpus NAME=DIR: {', '.join(missing)}")
     results: list[QueryResult] = []
-    for make in encoders:
+    if labels is not None and len(labels) != len(encoders):
+        raise ValueError("labels must name every encoder")
+    for i, make in enumerate(encoders):
         encoder = make()
+        label = labels[i] if labels else encoder.name
         for name, root in corpora.items():
             todo = [q for q in queries if q.corpus == name]
             if not todo:
                 continue
             if on_index:
-                on_index(name, encoder.name)
+                on_index(name, label)
             index = Index(root, eval_index_dir(name, root, encoder.fingerprint, cfg.encode.vector_dtype),
                           cache_bytes=cfg.search.cache_bytes or 2 << 30)
             update_index(index, encoder, cfg)
@@ -78,7 +84,7 @@ def run_eval(queries: list[Query], corpora: dict[str, Path], encoders: list[Call
                     hits = searcher.search(q.query, mode=mode, limit=TOP_K, auto=auto)
                     rank = first_hit_rank([(h.path, h.start_line) for h in hits], q.targets)
                     results.append(QueryResult(
-                        q.id, q.corpus, q.kind, q.query, encoder.name, mode, rank,
+                        q.id, q.corpus, q.kind, q.query, label, mode, rank,
                         [{"path": h.path, "start_line": h.start_line, "symbol": h.symbol} for h in hits[:3]],
                     ))
             index.close()
