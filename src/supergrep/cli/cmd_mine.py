@@ -146,7 +146,7 @@ def mine_negatives_cmd(pairs: Path, output: Path, per_query: int, skip_top: int,
 
         supergrep mine-negatives pairs.jsonl -o pairs-hn.jsonl --per-query 1
     """
-    from supergrep.corpus.negatives import mine_negatives
+    from supergrep.train.negatives import mine_negatives
 
     stats = mine_negatives(pairs, output, per_query=per_query, skip_top=skip_top, workers=jobs)
     if as_json:

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from supergrep.cli import main
 from supergrep.corpus.documents import load_pairs
-from supergrep.corpus.negatives import mine_negatives
+from supergrep.train.negatives import mine_negatives
 
 
 def _row(query, code, symbol, language="python", split="train", path="pkg/m.py", **kw):
