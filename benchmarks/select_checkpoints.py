@@ -9,7 +9,6 @@ behaviour without naming it). One JSON object per model on stdout and in --out.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
@@ -19,8 +18,7 @@ from supergrep.cli.common import make_encoder
 from supergrep.config import load_config
 from supergrep.corpus.documents import load_pairs
 from supergrep.encoder.spec import resolve_model
-from supergrep.evaluation.pairs import evaluate_pairs
-from supergrep.train.augment import drop_identifier_words
+from supergrep.evaluation.pairs import behaviour_pairs, evaluate_pairs
 
 
 def main() -> None:
@@ -34,8 +32,7 @@ def main() -> None:
     ap.add_argument("--out")
     a = ap.parse_args()
     pairs = load_pairs(a.val, split="val", strict_split=True)
-    behaviour = [dataclasses.replace(p, query=q) for p in pairs
-                 if (q := drop_identifier_words(p.query, p.document())) is not None]
+    behaviour = behaviour_pairs(pairs)
     cfg = load_config(None, None)
     cfg.encode.device = a.device
     models = ([("base", a.base)] if a.base else [])

@@ -31,16 +31,11 @@ def eval_pairs_cmd(pairs_path: Path, candidates: int, limit: int | None, seed: i
 
         supergrep eval-pairs --pairs val.jsonl --candidates 100
     """
-    from supergrep.evaluation.pairs import evaluate_pairs, load_pairs
+    from supergrep.evaluation.pairs import behaviour_pairs, evaluate_pairs, load_pairs
 
     pairs = load_pairs(pairs_path, split=split or None)
     if behaviour:
-        import dataclasses
-
-        from supergrep.train.augment import drop_identifier_words
-
-        dropped = ((p, drop_identifier_words(p.query, p.document())) for p in pairs)
-        pairs = [dataclasses.replace(p, query=q) for p, q in dropped if q is not None]
+        pairs = behaviour_pairs(pairs)
     cfg = opts.config(None)
     encoder = opts.encoder(cfg)
     m = evaluate_pairs(encoder, pairs, candidates=candidates, seed=seed, limit=limit)

@@ -749,7 +749,7 @@ def _digest(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).digest()
 
 
-class _AtomicJsonl:
+class AtomicJsonl:
     """Lines go to a temporary file next to ``path``; ``commit`` renames it into place."""
 
     def __init__(self, path: Path):
@@ -849,7 +849,7 @@ def mine(paths: list[Path], output: Path, cfg: MineConfig | None = None,
     seen_code: set[bytes] = set()
     seen_named: set[bytes] = set()
     per_query: Counter = Counter()
-    writer = _AtomicJsonl(output)
+    writer = AtomicJsonl(output)
     jobs = cfg.jobs or os.cpu_count() or 1
     pool = None
     done = 0

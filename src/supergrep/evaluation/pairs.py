@@ -10,6 +10,7 @@ CodeSearchNet (Husain et al., 2019), which used N = 1000.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,16 @@ __all__ = ["Pair", "evaluate_pairs", "load_pairs", "rank_in_group"]
 
 if TYPE_CHECKING:
     from supergrep.encoder.encoder import Encoder
+
+
+def behaviour_pairs(pairs: list[Pair]) -> list[Pair]:
+    """The pairs with every query word its code already spells dropped (identifiers, symbol,
+    path); pairs left with fewer than 3 words are left out. A held-out proxy for queries that
+    describe behaviour without naming it (`eval-pairs --behaviour`)."""
+    from supergrep.train.augment import drop_identifier_words
+
+    dropped = ((p, drop_identifier_words(p.query, p.document())) for p in pairs)
+    return [dataclasses.replace(p, query=q) for p, q in dropped if q is not None]
 
 
 def rank_in_group(queries: list[np.ndarray], docs: list[np.ndarray]) -> list[int]:

@@ -26,10 +26,10 @@ import sqlite3
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from supergrep.corpus.mine import AtomicJsonl
 from supergrep.errors import InputError
 from supergrep.jsonl import read_jsonl
 from supergrep.scoring.bm25 import code_terms, query_terms
@@ -102,10 +102,11 @@ def _negatives_for(i: int) -> list[int]:
     if not terms:
         return []
     match = " OR ".join(f'"{t}"' for t in terms)
+    table = _table(lang)
     try:
         hits = _W["conn"].execute(
-            f"SELECT rowid FROM {_table(lang)} WHERE {_table(lang)} MATCH ? ORDER BY bm25({_table(lang)}, 2.0, 1.0)"
-            " LIMIT ?", (match, _CANDIDATES + _W["skip_top"])).fetchall()
+            f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY bm25({table}, 2.0, 1.0) LIMIT ?",
+            (match, _CANDIDATES + _W["skip_top"])).fetchall()
     except sqlite3.OperationalError:  # no table for a language with no training rows
         return []
     out: list[int] = []
@@ -124,12 +125,7 @@ def _negatives_for(i: int) -> list[int]:
     return out
 
 
-def _chunked(n: int, size: int) -> Iterable[range]:
-    for s in range(0, n, size):
-        yield range(s, min(n, s + size))
-
-
-def _batch(ids: range) -> list[tuple[int, list[int]]]:
+def _batch(ids: list[int]) -> list[tuple[int, list[int]]]:
     return [(i, _negatives_for(i)) for i in ids]
 
 
@@ -158,13 +154,11 @@ def mine_negatives(pairs_path: str | Path, output: str | Path, per_query: int = 
     facts = [(str(r.get("language", "")), r["query"], _code_key(r["code"]), _last_name(str(r.get("symbol", ""))))
              for r in rows]
     stats = NegativeStats(rows=len(rows), train_rows=len(train), output=str(output))
-    found: dict[int, list[int]] = {}
     with tempfile.TemporaryDirectory(prefix="sg-negatives-") as tmp:
         db = Path(tmp) / "bm25.sqlite"
         _build(db, rows, train)
         n_workers = workers or os.cpu_count() or 1
-        batches = [range(train[r.start], train[r.stop - 1] + 1) for r in _chunked(len(train), 2000)] if train else []
-        wanted = set(train)
+        batches = [train[s : s + 2000] for s in range(0, len(train), 2000)]
         if n_workers == 1:
             _init(str(db), facts, per_query, skip_top)
             results = [_batch(b) for b in batches]
@@ -172,32 +166,27 @@ def mine_negatives(pairs_path: str | Path, output: str | Path, per_query: int = 
             with ProcessPoolExecutor(n_workers, initializer=_init,
                                      initargs=(str(db), facts, per_query, skip_top)) as pool:
                 results = list(pool.map(_batch, batches))
-        for chunk in results:
-            for i, negs in chunk:
-                if i in wanted:
-                    found[i] = negs
+        found = dict(pair for chunk in results for pair in chunk)
     langs: Counter = Counter()
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    writer = AtomicJsonl(out)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for i, r in enumerate(rows):
-                if i in found:
-                    negs = found[i]
-                    if negs:
-                        stats.with_negatives += 1
-                        stats.negatives += len(negs)
-                        langs[str(r.get("language", ""))] += 1
-                    else:
-                        stats.no_match += 1
-                    r = {**r, "negatives": [{k: rows[j].get(k, "") for k in ("code", "path", "symbol", "language", "docstring")
-                                             if rows[j].get(k)}
-                                            for j in negs]}
-                f.write(json.dumps(r, ensure_ascii=False) + "\n")
-        os.replace(tmp_name, out)
+        for i, r in enumerate(rows):
+            if i in found:
+                negs = found[i]
+                if negs:
+                    stats.with_negatives += 1
+                    stats.negatives += len(negs)
+                    langs[str(r.get("language", ""))] += 1
+                else:
+                    stats.no_match += 1
+                r = {**r, "negatives": [{k: rows[j].get(k, "") for k in ("code", "path", "symbol", "language", "docstring")
+                                         if rows[j].get(k)} for j in negs]}
+            writer.write(json.dumps(r, ensure_ascii=False))
+        writer.commit()
     except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
+        writer.abort()
         raise
     stats.by_language = dict(langs)
     stats.seconds = time.perf_counter() - t0
