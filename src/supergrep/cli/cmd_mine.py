@@ -155,3 +155,52 @@ def mine_negatives_cmd(pairs: Path, output: Path, per_query: int, skip_top: int,
     click.echo(f"{stats.negatives} negatives for {stats.with_negatives} of {stats.train_rows} training rows "
                f"({stats.no_match} without a BM25 match) in {stats.seconds:.1f} s -> {stats.output}")
     click.echo(f"  by language: {_counts(stats.by_language)}")
+
+
+@click.command("distill")
+@click.argument("pairs", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-o", "--output", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Model directory to write (the base by reference + the distilled projection).")
+@click.option("--dim", type=click.IntRange(1), default=128, show_default=True, help="Output dimension of the head.")
+@click.option("--pairs-used", "n_pairs", type=click.IntRange(1), default=4000, show_default=True,
+              help="Training pairs to sample (their queries and documents).")
+@click.option("--val-pairs", type=click.IntRange(11), default=500, show_default=True,
+              help="Held-out pairs (split == 'val' rows; else the end of the shuffle) for the report.")
+@click.option("--pool", type=click.IntRange(2), default=500, show_default=True,
+              help="Documents each query is ranked against by the teacher (same language first).")
+@click.option("--top-k", type=click.IntRange(1), default=32, show_default=True,
+              help="The teacher's best documents per query whose order the head learns.")
+@click.option("--steps", type=click.IntRange(1), default=600, show_default=True)
+@click.option("--batch-size", type=click.IntRange(1), default=32, show_default=True, help="Queries per step.")
+@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=1e-3, show_default=True)
+@click.option("--temperature", type=click.FloatRange(min=0, min_open=True), default=0.02, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--force", is_flag=True, help="Overwrite a non-empty output directory.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+@common_options(config=False, backend=False)
+def distill_cmd(pairs: Path, output: Path, dim: int, n_pairs: int, val_pairs: int, pool: int, top_k: int, steps: int,
+                batch_size: int, lr: float, temperature: float, seed: int, force: bool, as_json: bool,
+                opts: Options) -> None:
+    """Fit a DIM-d projection head to a frozen model by distilling its own MaxSim rankings
+    (smaller indexes, faster search, the base's ranking kept). Needs torch.
+
+    The pairs only supply realistic queries and documents: the target is the base model's
+    order of each query's best documents, not the pair labels.
+
+        supergrep distill pairs.jsonl -o models/minilm-128 --dim 128
+        supergrep index . --model-path models/minilm-128
+    """
+    from supergrep.train.distill import DistillConfig, distill_projection
+
+    cfg = DistillConfig(pairs=pairs, output=output, model_path=str(opts.model_path or ""), dim=dim, n_pairs=n_pairs,
+                        val_pairs=val_pairs, pool=pool, top_k=top_k, steps=steps, batch_size=batch_size, lr=lr,
+                        temperature=temperature, device=opts.device or "auto", seed=seed, force=force)
+    report = distill_projection(cfg, progress=None if as_json else lambda m: click.echo(m, err=True))
+    if as_json:
+        echo_json(report.to_dict())
+        return
+    t, p, s = report.teacher, report.pca, report.student
+    click.echo(f"wrote {output} ({report.in_dim} -> {report.dim}) from {report.train_pairs} pairs in "
+               f"{report.seconds_encode + report.seconds_teacher + report.seconds_train:.0f} s")
+    click.echo(f"  held-out MRR / P@1: base {t.mrr:.3f} / {t.p_at_1:.3f}, PCA {p.mrr:.3f} / {p.p_at_1:.3f}, "
+               f"distilled {s.mrr:.3f} / {s.p_at_1:.3f} (top-10 agreement with the base {s.agreement_at_10:.3f})")
