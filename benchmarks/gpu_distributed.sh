@@ -15,7 +15,8 @@
 #
 # Knobs (environment): OUT, WORK (scratch, /tmp/sg-dist), SAMPLES per run (11520),
 # PER_GPU_BATCH (48), GPUS (counts to run, default "1 2 4" capped at the GPUs present),
-# DEADLINE_S (stop starting runs after this, 270), DEVICE (cuda). CPU smoke test of the script
+# DEADLINE_S (stop starting runs after this, 270), DEVICE (cuda), SKIP_SAME_BATCH (1: no one-GPU
+# run at the N-GPU global batch), TRACE_STEPS (START:COUNT, a profiler trace per run: train/trace.py). CPU smoke test of the script
 # itself (gloo): TINY=1 DEVICE=cpu GPUS="1 2" PER_GPU_BATCH=8 SAMPLES=160 bash benchmarks/gpu_distributed.sh
 #
 # NCCL_NVLS_ENABLE and the other multicast settings of the machine are inherited untouched.
@@ -64,8 +65,16 @@ run() {  # run NAME GPUS GLOBAL_BATCH
     --device "$DEVICE" --quiet --json)
   echo "== $name: ${launch[*]} ${args[*]}" | tee -a "$LOG"
   local t0=$SECONDS
-  timeout "$left" "${launch[@]}" "${args[@]}" >> "$LOG" 2>&1
+  # TRACE_STEPS=START:COUNT: a profiler trace of those steps on every rank (train/trace.py),
+  # packed as $OUT/trace-NAME.tgz (every rank's tables, rank 0's and the last rank's Chrome traces)
+  local tdir=$WORK/trace-$name
+  rm -rf "$tdir"
+  SUPERGREP_TRACE_STEPS=${TRACE_STEPS:-} SUPERGREP_TRACE_DIR=${TRACE_STEPS:+$tdir} \
+    timeout "$left" "${launch[@]}" "${args[@]}" >> "$LOG" 2>&1
   local rc=$?
+  if [ -d "$tdir" ]; then
+    (cd "$tdir" && tar -czf "$OUT/trace-$name.tgz" trace-rank*.txt trace-rank0.json.gz "trace-rank$((n - 1)).json.gz" 2>/dev/null)
+  fi
   echo "   rc=$rc in $((SECONDS - t0)) s" | tee -a "$LOG"
   mkdir -p "$dir"
   printf '{"name": "%s", "gpus": %d, "global_batch": %d, "per_gpu_batch": %d, "rc": %d, "wall_s": %d, "command": "%s"}\n' \
@@ -74,7 +83,7 @@ run() {  # run NAME GPUS GLOBAL_BATCH
 
 for n in $GPUS; do
   run "g${n}_b$((n * PER_GPU_BATCH))" "$n" $((n * PER_GPU_BATCH))
-  [ "$n" -gt 1 ] && run "g1_b$((n * PER_GPU_BATCH))" 1 $((n * PER_GPU_BATCH))
+  [ "$n" -gt 1 ] && [ -z "${SKIP_SAME_BATCH:-}" ] && run "g1_b$((n * PER_GPU_BATCH))" 1 $((n * PER_GPU_BATCH))
 done
 
 $PY benchmarks/gpu_distributed.py summarize "$WORK" "$OUT/gpu-distributed.json" 2>&1 | tee -a "$LOG"

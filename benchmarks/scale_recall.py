@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 
-def encode_queries(index_dir: Path, cache: Path, n_doc: int = 145) -> list[np.ndarray]:
+def encode_queries(index_dir: Path, cache: Path, n_doc: int = 145, model_path: str | None = None) -> list[np.ndarray]:
     if cache.exists():
         z = np.load(cache)
         return [z[k] for k in sorted(z.files, key=int)]
@@ -48,7 +48,7 @@ def encode_queries(index_dir: Path, cache: Path, n_doc: int = 145) -> list[np.nd
             texts.append(line)
         if len(texts) >= 55 + n_doc:
             break
-    vecs = Encoder(resolve_model(None), device="cpu").encode_queries(texts)
+    vecs = Encoder(resolve_model(model_path), device="cpu").encode_queries(texts)  # the index's model
     np.savez(cache, **{str(i): v for i, v in enumerate(vecs)})
     return vecs
 
@@ -106,12 +106,13 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=ROOT / ".cache/scale-recall")
     ap.add_argument("--configs", default='[{"nbits": 4, "pool": 1.0}, {"nbits": 2, "pool": 1.0}, {"nbits": 1, "pool": 1.0}, {"nbits": 4, "pool": 2.0}]')
     ap.add_argument("--search", default="[[8, 0, 64], [4, 0, 64], [8, 1024, 64], [16, 0, 128]]")
+    ap.add_argument("--model-path", help="The model the index was built with (default: the default model).")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
     from supergrep.index.format import Manifest, connect
     from supergrep.index.store import SegmentStore
 
-    queries = encode_queries(a.index_dir, a.index_dir / "bench-queries.npz")
+    queries = encode_queries(a.index_dir, a.index_dir / "bench-queries.npz", model_path=a.model_path)
     dim = int(Manifest.read(a.index_dir).model["dim"])
     conn = connect(a.index_dir, readonly=True)
     exact = SegmentStore(a.index_dir, dim)

@@ -142,3 +142,25 @@ def test_mlx_counters_are_read_when_mlx_is_loaded():
     rec = MemoryRecorder()
     rec.sample(0)
     assert "mlx_active" in rec.leak_keys()
+
+
+def test_trace_env_records_the_chosen_steps_of_a_real_run(tiny_model, pairs_file, tmp_path, monkeypatch):
+    """SUPERGREP_TRACE_STEPS / _DIR (train/trace.py): a profiler trace of steps 2-3 of a training
+    run, the way the multi-GPU study reads each rank's collectives."""
+    import gzip
+
+    from supergrep.train.config import load_train_config
+    from supergrep.train.loop import run_training
+
+    monkeypatch.setenv("SUPERGREP_TRACE_STEPS", "2:2")
+    monkeypatch.setenv("SUPERGREP_TRACE_DIR", str(tmp_path / "trace"))
+    cfg = load_train_config(None, dict(model_path=str(tiny_model), train_file=str(pairs_file), batch_size=8,
+                                       max_steps=4, document_max_tokens=64, query_max_tokens=16, eval_every=0,
+                                       output_dir=str(tmp_path / "run"), device="cpu"))
+    run_training(cfg, show_progress=False)
+    text = (tmp_path / "trace" / "trace-rank0.txt").read_text()
+    walls = text.splitlines()[0].split(": ")[-1].split(", ")
+    assert text.startswith("rank 0: steps 2-3") and len(walls) == 2 and all(float(w) > 0 for w in walls)
+    assert "aten::" in text  # the operator table is there
+    events = json.loads(gzip.open(tmp_path / "trace" / "trace-rank0.json.gz").read())["traceEvents"]
+    assert any("aten::mm" in e.get("name", "") or "aten::addmm" in e.get("name", "") for e in events)

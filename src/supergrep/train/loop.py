@@ -51,6 +51,7 @@ from supergrep.train.distributed import (
 from supergrep.train.losses import contrastive_loss
 from supergrep.train.memory import MemoryRecorder
 from supergrep.train.report import MetricsLog, plot_losses
+from supergrep.train.trace import StepTracer
 
 log = logging.getLogger(__name__)
 
@@ -422,6 +423,7 @@ def _run(cfg: TrainConfig, resume: bool | str | Path, show_progress: bool, on_ev
     progress = _Progress(total, step, show_progress)
     prefetch = Prefetcher(plan(), make, cfg.prefetch_batches)
     next_pos = (epoch, index)
+    tracer = StepTracer.from_env(world.rank) if cfg.backend == "torch" else None  # train/trace.py
     try:
         if step == 0 and cfg.eval_every:
             validate()  # the starting point (LoRA at zero): the reference every later figure is read against
@@ -433,7 +435,11 @@ def _run(cfg: TrainConfig, resume: bool | str | Path, show_progress: bool, on_ev
             if batch is None:
                 break
             step += 1
+            if tracer is not None:
+                tracer.before(step)
             loss, acc = trainer.train_step(batch, get_lr(step, cfg.lr, cfg.warmup_steps, total, cfg.min_lr_ratio))
+            if tracer is not None:
+                tracer.after(step)
             pending.append((step, loss, acc))
             if memory is not None:
                 memory.sample(step)
