@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# The model the index was built with, as the `supergrep` client sends it ($SUPERGREP_MODEL; none: the default).
+MODEL = {"model_path": os.path.abspath(os.environ["SUPERGREP_MODEL"])} if os.environ.get("SUPERGREP_MODEL") else {}
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 SCRIPT = "import sys\nfrom supergrep.launcher import main\nsys.argv[0] = 'supergrep'\nsys.exit(main())\n"
@@ -129,7 +131,7 @@ def ensure_daemon(root: Path) -> dict:
         time.sleep(1)
     # one search per mode loads the model and fills the float32 cache
     for mode in ("lexical", "semantic", "hybrid"):
-        client.call({"op": "search", "query": "warm up", "path": str(root), "cwd": "/", "mode": mode}, timeout=600)
+        client.call({**MODEL, "op": "search", "query": "warm up", "path": str(root), "cwd": "/", "mode": mode}, timeout=600)
     return client.call({"op": "status"})
 
 
@@ -176,7 +178,7 @@ def cmd_latency(args) -> dict:
     server: dict[str, dict[str, list[float]]] = {}
     for i in range(args.runs):
         for mode in ("lexical", "semantic", "hybrid"):
-            a = client.call({"op": "search", "query": qs[i % len(qs)], "path": str(root), "cwd": "/", "mode": mode,
+            a = client.call({**MODEL, "op": "search", "query": qs[i % len(qs)], "path": str(root), "cwd": "/", "mode": mode,
                              "render": {"format": "text", "context": 3}})
             for k, v in a["timings_ms"].items():
                 server.setdefault(mode, {}).setdefault(k, []).append(v)
@@ -247,7 +249,7 @@ def cmd_freshness(args) -> dict:
             slowest = (0.0, {})
             while True:
                 t_call = time.perf_counter()
-                a = client.call({"op": "search", "query": ident, "path": str(root), "cwd": "/", "mode": "lexical",
+                a = client.call({**MODEL, "op": "search", "query": ident, "path": str(root), "cwd": "/", "mode": "lexical",
                                  "limit": 1})
                 slowest = max(slowest, ((time.perf_counter() - t_call) * 1000, a["timings_ms"]), key=lambda x: x[0])
                 if a["count"] and ident in a["results"][0]["snippet"]:
@@ -336,7 +338,7 @@ def cmd_load(args) -> dict:
     last = {path: ident for ident, path in written}
     lost = []
     for path, ident in last.items():
-        a = client.call({"op": "search", "query": ident, "path": str(root), "cwd": "/", "mode": "lexical", "limit": 1})
+        a = client.call({**MODEL, "op": "search", "query": ident, "path": str(root), "cwd": "/", "mode": "lexical", "limit": 1})
         if not a["count"] or a["results"][0]["path"] != path:
             lost.append(ident)
     for p in target.iterdir():
