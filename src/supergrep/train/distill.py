@@ -38,6 +38,7 @@ import numpy as np
 from supergrep.corpus.documents import Pair, load_pairs
 from supergrep.encoder.spec import SPEC_FILE, ModelSpec, default_model_dir, resolve_model
 from supergrep.errors import InputError, UsageError
+from supergrep.train.losses.maxsim import maxsim_scores
 
 log = logging.getLogger(__name__)
 
@@ -126,20 +127,6 @@ def _encode(encoder, pairs: list[Pair], torch, device):
     return (*_pad(q, torch, device), *_pad(d, torch, device))
 
 
-def _pool_scores(q, qm, d, dm, torch, block: int = 128):
-    """(n_q, n_d) exact MaxSim, mean over each query's real tokens; documents in blocks."""
-    qf = q[qm]
-    owner = torch.arange(len(q), device=q.device).repeat_interleave(qm.sum(1))
-    n_tok = qm.sum(1).float()
-    out = torch.empty(len(q), len(d), device=q.device)
-    for j in range(0, len(d), block):
-        width = int(dm[j : j + block].sum(1).max())
-        sims = torch.einsum("th,dlh->tdl", qf, d[j : j + block, :width])
-        best = sims.masked_fill(~dm[j : j + block, :width][None], -1e4).amax(-1)  # (tokens, docs)
-        out[:, j : j + block] = torch.zeros(len(q), best.shape[1], device=q.device).index_add_(0, owner, best)
-    return out / n_tok[:, None]
-
-
 def _project(x, w, torch):
     return torch.nn.functional.normalize(x @ w.T, dim=-1)
 
@@ -173,6 +160,7 @@ def distill_projection(cfg: DistillConfig, progress: Callable[[str], None] | Non
     import torch
 
     from supergrep.backends.torch_backend import pick_device
+    from supergrep.backends.torch_ops import TorchOps
     from supergrep.encoder.encoder import Encoder
 
     say = progress or (lambda msg: log.info(msg))
@@ -188,6 +176,7 @@ def distill_projection(cfg: DistillConfig, progress: Callable[[str], None] | Non
         raise UsageError(f"dim {cfg.dim} is not smaller than the base model's {spec.dim}: nothing to compress")
     train, val = _sample(cfg)
     device = pick_device(cfg.device)
+    ops = TorchOps(device)  # the trainer's MaxSim (mean over each query's real tokens) scores the pools
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
 
@@ -206,13 +195,13 @@ def distill_projection(cfg: DistillConfig, progress: Callable[[str], None] | Non
     top_idx, top_val = [], []
     with torch.no_grad():
         for a, b in pools:
-            s = _pool_scores(tq[a:b], tqm[a:b], td[a:b], tdm[a:b], torch)
+            s = maxsim_scores(ops, tq[a:b], tqm[a:b], td[a:b], tdm[a:b])
             k = min(cfg.top_k, b - a)
             v, i = s.topk(k, dim=1)
             top_idx.append(i + a)
             top_val.append(v)
         top_idx_t, top_val_t = torch.cat(top_idx), torch.cat(top_val)
-        val_teacher = _pool_scores(vq, vqm, vd, vdm, torch)
+        val_teacher = maxsim_scores(ops, vq, vqm, vd, vdm)
     t_teacher = time.perf_counter() - t0
 
     # Uncentred PCA of the token vectors: the best rank-dim linear fit of the dot products.
@@ -226,7 +215,7 @@ def distill_projection(cfg: DistillConfig, progress: Callable[[str], None] | Non
 
     def evaluate(w) -> Ranking:
         with torch.no_grad():
-            s = _pool_scores(_project(vq, w, torch), vqm, _project(vd, w, torch), vdm, torch)
+            s = maxsim_scores(ops, _project(vq, w, torch), vqm, _project(vd, w, torch), vdm)
         return _ranking(s.cpu().numpy(), val_teacher.cpu().numpy())
 
     report = DistillReport(output=str(cfg.output), base=spec.name, in_dim=spec.dim, dim=cfg.dim,
