@@ -8,9 +8,8 @@ import os
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from supergrep.cli import main
+from cli_runner import run_main
 from supergrep.corpus import mine as mine_module
 from supergrep.corpus.docstrings import clean_docstring, comment_text
 from supergrep.corpus.mine import DEFAULT_EXCLUDED_PACKAGES, MineConfig, mine, package_name
@@ -507,14 +506,6 @@ def test_a_crashing_file_is_counted(tmp_path, monkeypatch):
 # --- command line -----------------------------------------------------------------------------
 
 
-def cli(args):
-    class _Main:
-        name = "supergrep"
-
-        def main(self, args=None, prog_name=None, **_):
-            main(list(args or []))
-
-    return CliRunner().invoke(_Main(), args, catch_exceptions=False)
 
 
 def test_cli_counts_exit_codes_and_errors(tmp_path):
@@ -524,22 +515,22 @@ def test_cli_counts_exit_codes_and_errors(tmp_path):
     (src / "tests").mkdir()
     (src / "tests" / "t.py").write_text(_fn("h"))
     out = tmp_path / "pairs.jsonl"
-    r = cli(["mine", str(src), "-o", str(out), "-j", "1"])
+    r = run_main(["mine", str(src), "-o", str(out), "-j", "1"])
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
     assert lines[0].startswith("2 pairs from 1 files") and str(out) in lines[0]
     assert "by language: python 2" in r.output and "skipped files: test 1" in r.output
     assert "by split: train 2" in r.output
-    r = cli(["mine", str(src), "-o", str(out), "--json", "--include-tests", "--split-by", "file"])
+    r = run_main(["mine", str(src), "-o", str(out), "--json", "--include-tests", "--split-by", "file"])
     stats = json.loads(r.stdout)
     assert stats["pairs"] == 3 and stats["by_language"] == {"python": 3}
     assert len(out.read_text().splitlines()) == 3
 
-    r = cli(["mine", str(tmp_path / "missing"), "-o", str(out)])
+    r = run_main(["mine", str(tmp_path / "missing"), "-o", str(out)])
     assert r.exit_code == 2 and r.output.count("\n") == 1 and "does not exist" in r.output
-    r = cli(["mine", str(src), "-o", str(tmp_path / "no" / "dir" / "p.jsonl")])
+    r = run_main(["mine", str(src), "-o", str(tmp_path / "no" / "dir" / "p.jsonl")])
     assert r.exit_code == 2 and "does not exist" in r.output
-    r = cli(["mine", str(src), "-o", str(out), "-t", "cobol"])
+    r = run_main(["mine", str(src), "-o", str(out), "-t", "cobol"])
     assert r.exit_code == 2 and "cannot mine cobol" in r.output
-    r = cli(["mine", str(src), "-o", str(out), "--min-doc-words", "50"])
+    r = run_main(["mine", str(src), "-o", str(out), "--min-doc-words", "50"])
     assert r.exit_code == 1 and out.read_text() == ""  # nothing mined: exit 1, empty file

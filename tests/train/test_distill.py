@@ -8,9 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from supergrep.cli import main
+from cli_runner import run_main
 from supergrep.encoder.encoder import Encoder
 from supergrep.encoder.spec import resolve_model
 from supergrep.train.distill import DistillConfig, distill_projection
@@ -67,30 +66,19 @@ def test_the_head_is_applied_to_the_bases_vectors_as_trained(tmp_path, tiny_mode
         np.testing.assert_allclose(h, want, atol=1e-4)
 
 
-def _run(_main, args):
-    class _Main:  # through main(): its error handling turns errors into one line and exit 2
-        name = "supergrep"
-
-        def main(self, args=None, prog_name=None, **_):
-            main(list(args or []))
-
-    return CliRunner().invoke(_Main(), args, catch_exceptions=False)
-
-
 def test_cli_refuses_what_cannot_work_with_exit_2(tmp_path, tiny_model):
     pairs = _pairs(tmp_path)
-    run = _run
     common = ["distill", str(pairs), "--model-path", str(tiny_model), "--device", "cpu"]
-    r = run(main, [*common, "-o", str(tmp_path / "h"), "--dim", "32"])  # the tiny model is 32-d
+    r = run_main([*common, "-o", str(tmp_path / "h"), "--dim", "32"])  # the tiny model is 32-d
     assert r.exit_code == 2 and "not smaller than the base model's 32" in r.output
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "keep.txt").write_text("x")
-    r = run(main, [*common, "-o", str(tmp_path / "busy"), "--dim", "8"])
+    r = run_main([*common, "-o", str(tmp_path / "busy"), "--dim", "8"])
     assert r.exit_code == 2 and "--force" in r.output
     assert (tmp_path / "busy" / "keep.txt").read_text() == "x"  # nothing lost
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"query": "q", "code": "c"}\n{"query": \n')
-    r = run(main, ["distill", str(bad), "-o", str(tmp_path / "h2"), "--model-path", str(tiny_model), "--dim", "8"])
+    r = run_main(["distill", str(bad), "-o", str(tmp_path / "h2"), "--model-path", str(tiny_model), "--dim", "8"])
     assert r.exit_code == 2 and ":2" in r.output
 
 

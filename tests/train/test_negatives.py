@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from click.testing import CliRunner
-
-from supergrep.cli import main
+from cli_runner import run_main
 from supergrep.corpus.documents import load_pairs
 from supergrep.train.negatives import mine_negatives
 
@@ -96,34 +94,26 @@ def test_negative_augmentations_follow_the_positive_rates(tmp_path):
     assert 8 <= headless <= 32 and 8 <= with_body <= 32
 
 
-def cli(args):
-    class _Main:
-        name = "supergrep"
-
-        def main(self, args=None, prog_name=None, **_):
-            main(list(args or []))
-
-    return CliRunner().invoke(_Main(), args, catch_exceptions=False)
 
 
 def test_cli_reports_counts_and_rejects_bad_input(tmp_path):
     p = _write(tmp_path, ROWS)
     out = tmp_path / "hn.jsonl"
-    r = cli(["mine-negatives", str(p), "-o", str(out), "-j", "1"])
+    r = run_main(["mine-negatives", str(p), "-o", str(out), "-j", "1"])
     assert r.exit_code == 0, r.output
     assert "of 6 training rows" in r.output and "by language: python" in r.output
-    r = cli(["mine-negatives", str(p), "-o", str(out), "-j", "1", "--json"])
+    r = run_main(["mine-negatives", str(p), "-o", str(out), "-j", "1", "--json"])
     assert json.loads(r.stdout)["train_rows"] == 6
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(ROWS[0]) + "\n{not json\n")
     before = out.read_bytes()
-    r = cli(["mine-negatives", str(bad), "-o", str(out)])
+    r = run_main(["mine-negatives", str(bad), "-o", str(out)])
     assert r.exit_code == 2 and r.output.count("\n") == 1 and "bad.jsonl:2" in r.output
     assert out.read_bytes() == before  # nothing lost: the old output is untouched
-    r = cli(["mine-negatives", str(tmp_path / "missing.jsonl"), "-o", str(out)])
+    r = run_main(["mine-negatives", str(tmp_path / "missing.jsonl"), "-o", str(out)])
     assert r.exit_code == 2 and "does not exist" in r.output
     nocode = tmp_path / "nocode.jsonl"
     nocode.write_text(json.dumps({"query": "x"}) + "\n")
-    r = cli(["mine-negatives", str(nocode), "-o", str(out)])
+    r = run_main(["mine-negatives", str(nocode), "-o", str(out)])
     assert r.exit_code == 2 and "nocode.jsonl:1" in r.output and "'code'" in r.output
