@@ -71,16 +71,25 @@ def test_leak_detector_flags_steady_growth_only():
 
 
 def test_recorder_sees_a_real_leak_in_this_process(tmp_path):
+    import mmap
+
     kept = []
     rec = MemoryRecorder(window=20)
     with memory_profile("loop", recorder=rec):
         for step in range(1, 21):
-            kept.append(b"x" * (4 << 20))  # 4 MiB kept every step
+            # 4 MiB of fresh anonymous pages kept every step, each page touched. A plain bytes object
+            # can be served from heap pages earlier tests freed (already resident), so RSS would not
+            # grow at first and the slope would depend on what ran before (CI saw 1.5 MiB/step).
+            block = mmap.mmap(-1, 4 << 20)
+            for off in range(0, 4 << 20, mmap.PAGESIZE):
+                block[off] = 1
+            kept.append(block)
             rec.sample(step)
     report = rec.leak("rss")
     assert report.leak and report.slope_bytes_per_step > 2 * MiB, report
     assert rec.plot(tmp_path / "m.png").read_bytes()[:4] == b"\x89PNG"
-    del kept
+    for block in kept:
+        block.close()
 
 
 def test_train_memory_profile_flag_writes_its_files(tiny_model, pairs_file, tmp_path):
