@@ -26,7 +26,7 @@ from supergrep.cli.cmd_eval import eval_cmd  # noqa: E402
 from supergrep.cli.cmd_eval_pairs import eval_pairs_cmd  # noqa: E402
 from supergrep.cli.cmd_export import export_cmd  # noqa: E402
 from supergrep.cli.cmd_index import index_cmd  # noqa: E402
-from supergrep.cli.cmd_merge import merge_cmd  # noqa: E402
+from supergrep.cli.cmd_merge import interpolate_cmd, merge_cmd  # noqa: E402
 from supergrep.cli.cmd_mine import distill_cmd, mine_cmd, mine_negatives_cmd  # noqa: E402
 from supergrep.cli.cmd_profile import profile_cmd  # noqa: E402
 from supergrep.cli.cmd_quantize import quantize_cmd  # noqa: E402
@@ -73,6 +73,7 @@ def cli() -> None:
       supergrep train --train-file pairs.jsonl           fine-tune (LoRA), see docs/training.md
       supergrep distill pairs.jsonl -o DIR --dim 128     a small head that keeps the base's ranking
       supergrep merge CHECKPOINT -o DIR                  fold the adapter into a plain model
+      supergrep interpolate CHECKPOINT --alpha 0.5 -o DIR  WiSE-FT: blend a checkpoint with its base
       supergrep convert CHECKPOINT --to torch|mlx|merged -o DIR   move a checkpoint between backends
       supergrep profile --config run.yaml                where a training step's time goes
       supergrep bench train|encode|search                speed, MFU, memory; search latency/recall
@@ -85,8 +86,8 @@ def cli() -> None:
 
 
 for _cmd in (search_cmd, index_cmd, status_cmd, files_cmd, chunks_cmd, clean_cmd, eval_cmd, eval_pairs_cmd,
-             mine_cmd, mine_negatives_cmd, distill_cmd, train_cmd, merge_cmd, convert_cmd, profile_cmd, bench_group,
-             quantize_cmd, export_cmd):
+             mine_cmd, mine_negatives_cmd, distill_cmd, train_cmd, merge_cmd, interpolate_cmd, convert_cmd, profile_cmd,
+             bench_group, quantize_cmd, export_cmd):
     cli.add_command(_cmd)
 for _cmd in (daemon_group, serve_mcp_cmd, completions_cmd, init_cmd):  # issue 9: daemon, agents, shells
     cli.add_command(_cmd)
