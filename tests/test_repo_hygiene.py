@@ -59,3 +59,21 @@ def test_dev_extra_installs_mlx_where_the_mlx_extra_does():
     assert mlx and all(r in extras["dev"] for r in mlx)
     assert any("mlx[cpu]" in r and "linux" in r for r in mlx)
     assert not any("cuda" in r for r in extras["mlx"] + extras["dev"])
+
+
+def test_the_readme_config_example_loads_with_the_real_defaults(tmp_path):
+    """The README's config.toml is a config users copy: every key must exist (unknown keys are an
+    error) and every value must be the default, so the example documents what runs (the long
+    excluded_dirs list is abbreviated there)."""
+    import dataclasses
+
+    from supergrep.config import Config, load_config
+
+    readme = (SRC.parents[1] / "README.md").read_text()
+    blocks = [b for b in re.findall(r"```toml\n(.*?)```", readme, re.S) if "[search]" in b]
+    assert len(blocks) == 1
+    path = tmp_path / "config.toml"
+    path.write_text(blocks[0])
+    got, want = load_config(None, path), Config()
+    got.walk = dataclasses.replace(got.walk, excluded_dirs=want.walk.excluded_dirs)
+    assert got == want

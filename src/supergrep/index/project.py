@@ -296,6 +296,17 @@ class Index:
                 out[row[0]] = ChunkRow(*row)
         return out
 
+    def paths(self, ids) -> dict[int, str]:
+        """chunk id -> its file's path (what a path-based prior needs, without the texts)."""
+        out: dict[int, str] = {}
+        ids = [int(i) for i in ids]
+        for start in range(0, len(ids), 500):
+            part = ids[start : start + 500]
+            marks = ",".join("?" * len(part))
+            out.update(self.conn.execute(
+                f"SELECT c.id, f.path FROM chunks c JOIN files f ON f.id = c.file_id WHERE c.id IN ({marks})", part))
+        return out
+
     def chunks_by_hash(self, hashes: list[str]) -> dict[str, int]:
         """text hash -> one chunk id carrying it (so unchanged text reuses stored vectors)."""
         out: dict[str, int] = {}

@@ -18,6 +18,33 @@ if TYPE_CHECKING:
     from supergrep.encoder.encoder import Encoder
 
 MODES = ("semantic", "lexical", "hybrid")
+_TEST_WORDS = re.compile(r"\b(?:tests?|testing|unittests?|pytest|fixtures?|specs?|mocks?|conftest)\b", re.IGNORECASE)
+
+
+def is_test_code(path: str) -> bool:
+    """Test code by its path, as ``corpus.mine.is_test_path`` decides, except a module named just
+    ``tests``/``test``: that name is ambiguous (Jinja's ``jinja2/tests.py`` holds template tests,
+    a Django app's ``tests.py`` unit tests), and a prior must not hide real code.
+
+    >>> [is_test_code(p) for p in ("pkg/tests/x.py", "lib/test_io.py", "web/a.spec.ts",
+    ...  "conftest.py", "jinja2/tests.py", "lib/contest.py")]
+    [True, True, True, True, False, False]
+    """
+    from supergrep.corpus.mine import is_test_path
+
+    parts = path.split("/")
+    if parts[-1].rsplit(".", 1)[0] in ("test", "tests") and not is_test_path("/".join(parts[:-1]) + "/x"):
+        return False
+    return is_test_path(path)
+
+
+def _asks_for_tests(query: str) -> bool:
+    """Whether the query itself is about tests (then test code is what it wants).
+
+    >>> _asks_for_tests("the test that checks byte order"), _asks_for_tests("convert byte order")
+    (True, False)
+    """
+    return bool(_TEST_WORDS.search(query))
 
 
 @dataclass
@@ -135,6 +162,12 @@ class Searcher:
     def _query_vectors(self, query: str) -> np.ndarray:
         return self.encoder.encode_queries([query])[0]  # (q_tokens, dim)
 
+    def _demote_tests(self, fused: dict[int, float], penalty: float) -> dict[int, float]:
+        """Fused scores with ``penalty`` taken off chunks in test code: a behaviour query usually
+        wants the implementation, and a test that exercises it shares its words and meaning."""
+        paths = self.index.paths(list(fused))
+        return {d: s - penalty if is_test_code(paths.get(d, "")) else s for d, s in fused.items()}
+
     def search(self, query: str, mode: str | None = None, limit: int | None = None,
                filters: SearchFilters | None = None, auto: bool = False) -> list[Hit]:
         """Top results for ``query``, best first.
@@ -191,6 +224,8 @@ class Searcher:
             fused = weighted_rrf([sorted(sem, key=lambda d: (-sem[d], d)), list(lex)], [sem_w, lex_w], cfg.rrf_k)
         else:
             fused = self._fuse_exactly(q, sem, lex, exact, margin, sem_w, lex_w, limit)
+            if cfg.test_penalty > 0 and not _asks_for_tests(query):
+                fused = self._demote_tests(fused, cfg.test_penalty)
 
         best = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
         rows = self.index.chunks([d for d, _ in best])

@@ -1,0 +1,58 @@
+"""Hybrid search demotes test code unless the query asks for tests (search.test_penalty)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from supergrep.config import SearchConfig
+from supergrep.index.indexer import update_index
+from supergrep.index.project import Index
+from supergrep.index.search import Searcher
+
+IMPL = '''def parse_duration(text):
+    """Turn '5m' or '2h' into seconds."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    return int(text[:-1]) * units[text[-1]]
+'''
+# A test module with a copy of the function (as vendored fixtures are): the two score almost alike,
+# so which one comes first is decided by the prior.
+TEST = "import pytest\n\n\n" + IMPL + """
+
+def test_minutes():
+    assert parse_duration("5m") == 300
+"""
+
+
+def _project(tmp_path):
+    root = tmp_path / "proj"
+    (root / "tests").mkdir(parents=True)
+    (root / "durations.py").write_text(IMPL)
+    (root / "tests" / "test_durations.py").write_text(TEST)
+    (root / "tests.py").write_text("def is_even(n):\n    return n % 2 == 0\n")  # a module, not test code
+    return root
+
+
+def test_test_code_is_demoted_in_hybrid_unless_the_query_asks_for_tests(tmp_path, tiny_encoder):
+    index = Index(_project(tmp_path))
+    update_index(index, tiny_encoder)
+    query = "parse duration minutes hours seconds"
+    off = Searcher(index, tiny_encoder, dataclasses.replace(SearchConfig(), test_penalty=0.0))
+    on = Searcher(index, tiny_encoder, SearchConfig())
+    assert SearchConfig().test_penalty > 0  # on by default
+
+    plain = {(h.path, h.symbol): h.score for h in off.search(query, mode="hybrid", limit=20)}
+    demoted = on.search(query, mode="hybrid", limit=20)
+    key = ("tests/test_durations.py", "parse_duration")
+    assert abs(plain[key] - plain[("durations.py", "parse_duration")]) < 0.2  # close without the prior
+    assert (demoted[0].path, demoted[0].symbol) == ("durations.py", "parse_duration")
+    for h in demoted:  # exactly the penalty off test code, nothing else moved
+        want = plain[(h.path, h.symbol)] - (0.2 if h.path.startswith("tests/") else 0.0)
+        assert abs(h.score - want) < 1e-9, h
+
+    # A query about tests gets tests; other modes and a module merely named tests.py are untouched.
+    asked = {(h.path, h.symbol): h.score for h in on.search("the test for " + query, mode="hybrid", limit=20)}
+    assert asked == {(h.path, h.symbol): h.score for h in off.search("the test for " + query, mode="hybrid", limit=20)}
+    assert [h.path for h in on.search(query, mode="lexical")] == [h.path for h in off.search(query, mode="lexical")]
+    assert [h.path for h in on.search(query, mode="semantic")] == [h.path for h in off.search(query, mode="semantic")]
+    even = {h.path: h.score for h in on.search("is even", mode="hybrid", limit=5)}
+    assert even["tests.py"] == {h.path: h.score for h in off.search("is even", mode="hybrid", limit=5)}["tests.py"]
