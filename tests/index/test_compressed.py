@@ -256,6 +256,7 @@ def test_index_chooses_the_store_by_size_and_stays_incremental(sample_project, t
     update_index(index, tiny_encoder, cfg)
     assert index.store_kind == "compressed" and isinstance(index.store, CompressedStore)
     assert index.stats()["store"] == "compressed"
+    assert index.stats()["vector_dtype"] == "4-bit residuals, 16 centroids"  # what `status` prints
     n_tokens = index.conn.execute("SELECT SUM(n_tokens) FROM chunks").fetchone()[0]
     assert index.store.stats(index.conn)["vectors"] == n_tokens
     # 4-bit codes: the same top result; --exact (every chunk) agrees with the pipeline here

@@ -381,8 +381,19 @@ class Index:
             "updated": float(updated) if updated else None,
             "format_version": self.manifest.format_version,
             "store": self.store_kind,
-            "vector_dtype": self.manifest.vector_dtype,
+            "vector_dtype": self._vector_encoding(),
         }
+
+    def _vector_encoding(self) -> str:
+        """How the store keeps vectors: the exact store's dtype, or the compressed store's codec
+        (what ``status`` prints; the manifest's dtype only describes the exact store)."""
+        if self.store_kind != "compressed" or not isinstance(self.store, CompressedStore):
+            return self.manifest.vector_dtype
+        try:
+            codec = self.store.codec(self.conn)
+        except IndexCorruptError:
+            return "no codec"
+        return f"{codec.nbits}-bit residuals, {codec.n_centroids} centroids"
 
     # ---------------------------------------------------------------------- catalog writes
     def remove_files(self, file_ids: list[int]) -> None:
