@@ -56,3 +56,29 @@ def test_test_code_is_demoted_in_hybrid_unless_the_query_asks_for_tests(tmp_path
     assert [h.path for h in on.search(query, mode="semantic")] == [h.path for h in off.search(query, mode="semantic")]
     even = {h.path: h.score for h in on.search("is even", mode="hybrid", limit=5)}
     assert even["tests.py"] == {h.path: h.score for h in off.search("is even", mode="hybrid", limit=5)}["tests.py"]
+
+
+def test_demoted_candidates_are_scored_exactly_on_a_compressed_index(tmp_path, tiny_encoder):
+    """The prior is applied inside the exact-rescoring loop: whatever rises when test code drops
+    carries its exact MaxSim, as every hybrid result on the compressed store must."""
+    import numpy as np
+
+    from supergrep.config import Config
+
+    root = _project(tmp_path)
+    for i in range(12):  # more implementations and tests, so the candidate lists are deep
+        (root / f"mod{i}.py").write_text(f"def handler_{i}(event):\n    return event.get('k{i}')\n")
+        (root / "tests" / f"test_mod{i}.py").write_text(
+            f"from mod{i} import handler_{i}\n\n\ndef test_handler_{i}():\n    assert handler_{i}({{}}) is None\n")
+    cfg = Config()
+    cfg.index.store, cfg.index.centroids = "compressed", 8
+    index = Index(root)
+    update_index(index, tiny_encoder, cfg)
+    assert index.store_kind == "compressed"
+    cfg.search.rerank = 2
+    searcher = Searcher(index, tiny_encoder, cfg.search)
+    for query in ("handle an event", "parse duration minutes"):
+        hits = searcher.search(query, mode="hybrid", limit=5)
+        assert hits and not any(h.path.startswith("tests/") for h in hits[:1])
+        exact = index.store.score(index.conn, tiny_encoder.encode_queries([query])[0], [h.chunk_id for h in hits])
+        np.testing.assert_allclose([h.semantic_score for h in hits], exact, rtol=1e-5)

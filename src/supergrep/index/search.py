@@ -127,15 +127,26 @@ class Searcher:
         return self._encoder  # type: ignore[return-value]
 
     def _fuse_exactly(self, q: np.ndarray, sem: dict[int, float], lex: dict[int, float], exact: set[int],
-                      margin: float, sem_w: float, lex_w: float, limit: int) -> dict[int, float]:
+                      margin: float, sem_w: float, lex_w: float, limit: int,
+                      penalty: dict[int, float] | None = None) -> dict[int, float]:
         """Score fusion where some semantic scores are estimates (``margin``: how far one may be
         off): candidates are scored exactly until the fusion is the one exact scores would give
         - the lowest semantic score (min-max scaling's floor: the minimum of noisy estimates is
         biased low) and every candidate whose estimate, give or take the margin, could reach the
-        top ``limit``. Usually a few dozen chunks in one or two rounds."""
+        top ``limit``. Usually a few dozen chunks in one or two rounds. ``penalty`` (chunk id ->
+        amount, the test-code prior) is taken off inside the loop, so what it lets rise is scored
+        exactly too."""
         store, conn = self.index.store, self.index.conn
-        for _ in range(16):
+
+        def fuse() -> dict[int, float]:
             fused = score_fusion(sem, lex, sem_w, lex_w)
+            for d, amount in (penalty or {}).items():
+                if d in fused:
+                    fused[d] -= amount
+            return fused
+
+        for _ in range(16):
+            fused = fuse()
             if len(exact) >= len(sem) or not sem:
                 return fused
             todo: list[int] = []
@@ -157,16 +168,15 @@ class Searcher:
                     sem[d] = float(v)
                 else:
                     sem.pop(d)
-        return score_fusion(sem, lex, sem_w, lex_w)
+        return fuse()
 
     def _query_vectors(self, query: str) -> np.ndarray:
         return self.encoder.encode_queries([query])[0]  # (q_tokens, dim)
 
-    def _demote_tests(self, fused: dict[int, float], penalty: float) -> dict[int, float]:
-        """Fused scores with ``penalty`` taken off chunks in test code: a behaviour query usually
-        wants the implementation, and a test that exercises it shares its words and meaning."""
-        paths = self.index.paths(list(fused))
-        return {d: s - penalty if is_test_code(paths.get(d, "")) else s for d, s in fused.items()}
+    def _test_penalties(self, ids: set[int], penalty: float) -> dict[int, float]:
+        """``penalty`` for each chunk of ``ids`` in test code: a behaviour query usually wants the
+        implementation, and a test that exercises it shares its words and meaning."""
+        return {d: penalty for d, path in self.index.paths(list(ids)).items() if is_test_code(path)}
 
     def search(self, query: str, mode: str | None = None, limit: int | None = None,
                filters: SearchFilters | None = None, auto: bool = False) -> list[Hit]:
@@ -223,9 +233,10 @@ class Searcher:
         elif cfg.fusion == "rrf":
             fused = weighted_rrf([sorted(sem, key=lambda d: (-sem[d], d)), list(lex)], [sem_w, lex_w], cfg.rrf_k)
         else:
-            fused = self._fuse_exactly(q, sem, lex, exact, margin, sem_w, lex_w, limit)
+            penalty = None
             if cfg.test_penalty > 0 and not _asks_for_tests(query):
-                fused = self._demote_tests(fused, cfg.test_penalty)
+                penalty = self._test_penalties(set(sem) | set(lex), cfg.test_penalty)
+            fused = self._fuse_exactly(q, sem, lex, exact, margin, sem_w, lex_w, limit, penalty)
 
         best = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
         rows = self.index.chunks([d for d, _ in best])
