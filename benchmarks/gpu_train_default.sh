@@ -10,6 +10,7 @@
 #   and the pathspec wheel the device lacks. Hard negatives are mined there (64 cores).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. benchmarks/pack_runs.sh
 OUT=${OUT:-/tmp/out}
 STEPS=${STEPS:-1200}
 TRAIN_CAP_S=${TRAIN_CAP_S:-390}
@@ -61,18 +62,6 @@ wait
 cat $W/select-*.jsonl; tail -n 2 $W/select-*.err
 # Pack: one tarball per run (the device returns files of at most 16 MiB; a checkpoint's adapter +
 # projection is ~3.3 MB), one for the logs and the selection.
-rm -rf /tmp/pack; mkdir -p /tmp/pack/logs
-for r in $W/runs/*; do
-  n=$(basename "$r"); mkdir -p /tmp/pack/$n
-  for ck in "$r"/step_*; do
-    [ -d "$ck" ] || continue
-    mkdir -p /tmp/pack/$n/${ck##*/}
-    cp -r "$ck"/{adapter_config.json,adapter_model.safetensors,projection,supergrep_model.json,run_config.json} \
-      /tmp/pack/$n/${ck##*/}/ 2>/dev/null
-  done
-  cp "$r"/metrics.jsonl "$r"/loss.png /tmp/pack/$n/ 2>/dev/null
-  tar -C /tmp/pack -czf "$OUT/run-$n.tgz" "$n"
-done
-cp $W/*.json $W/*.err $W/*.txt $W/select-*.jsonl /tmp/pack/logs/ 2>/dev/null
-tar -C /tmp/pack -czf "$OUT/logs.tgz" logs
+pack_runs $W/runs "$OUT"
+pack_logs "$OUT" $W/*.json $W/*.err $W/*.txt $W/select-*.jsonl
 ls -la "$OUT"

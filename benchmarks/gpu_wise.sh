@@ -13,6 +13,7 @@
 #   numbers (benchmarks/hn_pack.py), so the pairs travel once.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. benchmarks/pack_runs.sh
 OUT=${OUT:-/tmp/out}
 STEPS=${STEPS:-1000}
 TRAIN_CAP_S=${TRAIN_CAP_S:-480}
@@ -41,19 +42,6 @@ sleep 60; nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,nohead
 wait
 cat $W/rc.txt; for f in $W/*.json; do echo "== $f"; tail -c 800 "$f"; echo; done
 for f in $W/*.err; do echo "== $f"; tail -3 "$f"; done
-mkdir -p /tmp/pack/logs
-for r in $W/runs/*; do
-  [ -d "$r" ] || continue
-  n=$(basename "$r"); mkdir -p /tmp/pack/$n
-  for ck in "$r"/step_*; do
-    [ -d "$ck" ] || continue
-    mkdir -p /tmp/pack/$n/${ck##*/}
-    cp -r "$ck"/{adapter_config.json,adapter_model.safetensors,projection,supergrep_model.json,run_config.json} \
-      /tmp/pack/$n/${ck##*/}/ 2>/dev/null
-  done
-  cp "$r"/metrics.jsonl "$r"/loss.png /tmp/pack/$n/ 2>/dev/null
-  tar -C /tmp/pack -czf "$OUT/run-$n.tgz" "$n"
-done
-cp $W/*.json $W/*.err $W/*.txt /tmp/pack/logs/ 2>/dev/null
-tar -C /tmp/pack -czf "$OUT/logs.tgz" logs
+pack_runs $W/runs "$OUT"
+pack_logs "$OUT" $W/*.json $W/*.err $W/*.txt
 ls -la "$OUT"

@@ -287,11 +287,12 @@ def is_test_path(rel: str) -> bool:
     ...  "web/a.spec.ts", "lib/test_io.py", "lib/contest.py", "src/latest.rs")]
     [True, True, True, True, True, False, False]
     """
-    parts = rel.split("/")
-    if any(_TEST_DIR.match(p) for p in parts[:-1]):
-        return True
-    stem = parts[-1].rsplit(".", 1)[0]
-    return bool(_TEST_FILE.match(stem))
+    return in_test_dir(rel) or bool(_TEST_FILE.match(rel.rsplit("/", 1)[-1].rsplit(".", 1)[0]))
+
+
+def in_test_dir(rel: str) -> bool:
+    """Whether a directory of ``rel`` (not the file name) is a test directory."""
+    return any(_TEST_DIR.match(p) for p in rel.split("/")[:-1])
 
 
 def _symbol_parts(symbol: str) -> list[str]:

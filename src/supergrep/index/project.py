@@ -273,51 +273,33 @@ class Index:
         sql = "SELECT id, path, size, mtime_ns, sha256 FROM files"
         if paths is None:
             return {path: (fid, size, mtime, sha) for fid, path, size, mtime, sha in self.conn.execute(sql)}
-        out: dict[str, tuple[int, int, int, str]] = {}
-        for start in range(0, len(paths), 500):
-            part = paths[start : start + 500]
-            for fid, path, size, mtime, sha in self.conn.execute(
-                f"{sql} WHERE path IN ({','.join('?' * len(part))})", part
-            ):
-                out[path] = (fid, size, mtime, sha)
-        return out
+        return {path: (fid, size, mtime, sha)
+                for fid, path, size, mtime, sha in self._select_in(f"{sql} WHERE path IN ({{}})", paths)}
+
+    def _select_in(self, sql: str, values: list):
+        """Rows of ``sql`` whose ``{}`` is filled with placeholders for ``values``, queried 500 at
+        a time (SQLite caps the variables of one statement)."""
+        for start in range(0, len(values), 500):
+            part = values[start : start + 500]
+            yield from self.conn.execute(sql.format(",".join("?" * len(part))), part)
 
     def chunks(self, ids: list[int]) -> dict[int, ChunkRow]:
-        out: dict[int, ChunkRow] = {}
-        ids = [int(i) for i in ids]
-        for start in range(0, len(ids), 500):
-            part = ids[start : start + 500]
-            marks = ",".join("?" * len(part))
-            for row in self.conn.execute(
-                "SELECT c.id, f.path, c.language, c.symbol, c.kind, c.start_line, c.end_line, c.part,"
-                f" c.text, c.n_tokens FROM chunks c JOIN files f ON f.id = c.file_id WHERE c.id IN ({marks})",
-                part,
-            ):
-                out[row[0]] = ChunkRow(*row)
-        return out
+        rows = self._select_in(
+            "SELECT c.id, f.path, c.language, c.symbol, c.kind, c.start_line, c.end_line, c.part,"
+            " c.text, c.n_tokens FROM chunks c JOIN files f ON f.id = c.file_id WHERE c.id IN ({})",
+            [int(i) for i in ids])
+        return {row[0]: ChunkRow(*row) for row in rows}
 
     def paths(self, ids) -> dict[int, str]:
         """chunk id -> its file's path (what a path-based prior needs, without the texts)."""
-        out: dict[int, str] = {}
-        ids = [int(i) for i in ids]
-        for start in range(0, len(ids), 500):
-            part = ids[start : start + 500]
-            marks = ",".join("?" * len(part))
-            out.update(self.conn.execute(
-                f"SELECT c.id, f.path FROM chunks c JOIN files f ON f.id = c.file_id WHERE c.id IN ({marks})", part))
-        return out
+        return dict(self._select_in(
+            "SELECT c.id, f.path FROM chunks c JOIN files f ON f.id = c.file_id WHERE c.id IN ({})",
+            [int(i) for i in ids]))
 
     def chunks_by_hash(self, hashes: list[str]) -> dict[str, int]:
         """text hash -> one chunk id carrying it (so unchanged text reuses stored vectors)."""
-        out: dict[str, int] = {}
-        for start in range(0, len(hashes), 500):
-            part = hashes[start : start + 500]
-            marks = ",".join("?" * len(part))
-            for h, cid in self.conn.execute(
-                f"SELECT text_hash, MIN(id) FROM chunks WHERE text_hash IN ({marks}) GROUP BY text_hash", part
-            ):
-                out[h] = cid
-        return out
+        return dict(self._select_in(
+            "SELECT text_hash, MIN(id) FROM chunks WHERE text_hash IN ({}) GROUP BY text_hash", hashes))
 
     def filter_ids(self, languages: list[str] | None = None, path_prefix: str | None = None,
                    exclude_globs: list[str] | None = None) -> np.ndarray | None:

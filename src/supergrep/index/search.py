@@ -30,12 +30,11 @@ def is_test_code(path: str) -> bool:
     ...  "conftest.py", "jinja2/tests.py", "lib/contest.py")]
     [True, True, True, True, False, False]
     """
-    from supergrep.corpus.mine import is_test_path
+    from supergrep.corpus.mine import in_test_dir, is_test_path
 
-    parts = path.split("/")
-    if parts[-1].rsplit(".", 1)[0] in ("test", "tests") and not is_test_path("/".join(parts[:-1]) + "/x"):
-        return False
-    return is_test_path(path)
+    if in_test_dir(path):
+        return True
+    return path.rsplit("/", 1)[-1].rsplit(".", 1)[0] not in ("test", "tests") and is_test_path(path)
 
 
 def _asks_for_tests(query: str) -> bool:
