@@ -76,12 +76,13 @@ def test_a_run_that_trained_the_bases_own_head_starts_from_that_head(tiny_t5, pa
     assert not close(vectors(ck), vectors(tiny_t5), 1e-3)
 
 
-def test_the_output_can_be_rebased_and_merged(new_head_checkpoint, tiny_model, tmp_path):
+def test_the_output_can_be_rebased_and_merged(new_head_checkpoint, tiny_model, tmp_path, monkeypatch):
     import shutil
 
     copy = tmp_path / "base-copy"
     shutil.copytree(tiny_model, copy)
-    r = run_main(["interpolate", new_head_checkpoint, "--alpha", "0.5", "--base", copy, "-o", tmp_path / "w"])
+    monkeypatch.chdir(tmp_path)  # a relative --base is the user's path, from the working directory
+    r = run_main(["interpolate", new_head_checkpoint, "--alpha", "0.5", "--base", "base-copy", "-o", tmp_path / "w"])
     assert r.exit_code == 0, r.output
     assert json.loads((tmp_path / "w" / "supergrep_model.json").read_text())["base"] == str(copy)
     r = run_main(["merge", tmp_path / "w", "-o", tmp_path / "merged"])

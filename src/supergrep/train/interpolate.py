@@ -118,7 +118,9 @@ def interpolate_checkpoint(checkpoint: Path, output: Path, alpha: float, base: s
         raise ModelError(f"{checkpoint}: the projection is {trained.shape} but its start is {start.shape}")
     head = ((1.0 - alpha) * start + alpha * trained).astype(np.float32)
 
-    base_ref = base or str(data["base"])
+    if base is not None and not base.startswith("package:"):
+        base = str(Path(base).expanduser().resolve())  # the user's path: relative to the working directory
+    base_ref = base or str(data["base"])  # the checkpoint's own: relative to the checkpoint
     if not base_ref.startswith("package:"):
         base_dir = _base_dir(checkpoint, base_ref)
         if not base_dir.is_dir():
