@@ -82,3 +82,47 @@ def test_demoted_candidates_are_scored_exactly_on_a_compressed_index(tmp_path, t
         assert hits and not any(h.path.startswith("tests/") for h in hits[:1])
         exact = index.store.score(index.conn, tiny_encoder.encode_queries([query])[0], [h.chunk_id for h in hits])
         np.testing.assert_allclose([h.semantic_score for h in hits], exact, rtol=1e-5)
+
+
+CLASSY = '''class DurationParser:
+    """Parses durations like '5m' or '2h' into seconds, for timeouts, retries and caches."""
+
+    def __init__(self, units=None):
+        self.units = units or {"s": 1, "m": 60, "h": 3600}
+
+    def parse(self, text):
+        """Turn '5m' or '2h' into seconds."""
+        return int(text[:-1]) * self.units[text[-1]]
+'''
+
+
+def test_class_chunks_are_demoted_in_hybrid_by_exactly_the_class_penalty(tmp_path, tiny_encoder):
+    root = tmp_path / "proj"
+    (root / "tests").mkdir(parents=True)
+    (root / "durations.py").write_text(CLASSY)
+    (root / "tests" / "test_parser.py").write_text(CLASSY.replace("DurationParser", "FakeParser"))
+    index = Index(root)
+    update_index(index, tiny_encoder)
+    kinds = dict(index.conn.execute("SELECT symbol, kind FROM chunks"))
+    assert kinds["DurationParser"] == "class"  # the header is a chunk of its own
+    assert kinds["DurationParser.parse"] == "method"
+    assert SearchConfig().class_penalty > 0  # on by default
+
+    query = "parse durations into seconds"
+    off = Searcher(index, tiny_encoder, dataclasses.replace(SearchConfig(), class_penalty=0.0))
+    on = Searcher(index, tiny_encoder, SearchConfig())
+    plain = {(h.path, h.symbol): h.score for h in off.search(query, mode="hybrid", limit=20)}
+    got = on.search(query, mode="hybrid", limit=20)
+    assert len(got) == len(plain) >= 4
+    for h in got:  # the class penalty off classes, added to the test penalty in test code
+        want = plain[(h.path, h.symbol)] - (0.1 if h.kind == "class" else 0.0)
+        assert abs(h.score - want) < 1e-9, h
+    both = [h for h in got if h.kind == "class" and h.path.startswith("tests/")]
+    none = {(h.path, h.symbol): h.score for h in Searcher(
+        index, tiny_encoder, dataclasses.replace(SearchConfig(), class_penalty=0.0, test_penalty=0.0)).search(
+        query, mode="hybrid", limit=20)}
+    assert both and abs(both[0].score - (none[(both[0].path, both[0].symbol)] - 0.3)) < 1e-9
+    # Semantic and lexical rankings are the model's and BM25's own.
+    for mode in ("semantic", "lexical"):
+        assert [(h.path, h.symbol, h.score) for h in on.search(query, mode=mode, limit=20)] == \
+            [(h.path, h.symbol, h.score) for h in off.search(query, mode=mode, limit=20)]

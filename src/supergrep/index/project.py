@@ -290,11 +290,11 @@ class Index:
             [int(i) for i in ids])
         return {row[0]: ChunkRow(*row) for row in rows}
 
-    def paths(self, ids) -> dict[int, str]:
-        """chunk id -> its file's path (what a path-based prior needs, without the texts)."""
-        return dict(self._select_in(
-            "SELECT c.id, f.path FROM chunks c JOIN files f ON f.id = c.file_id WHERE c.id IN ({})",
-            [int(i) for i in ids]))
+    def path_kinds(self, ids) -> dict[int, tuple[str, str]]:
+        """chunk id -> (its file's path, its kind): what the ranking priors need, without the texts."""
+        return {d: (path, kind) for d, path, kind in self._select_in(
+            "SELECT c.id, f.path, c.kind FROM chunks c JOIN files f ON f.id = c.file_id WHERE c.id IN ({})",
+            [int(i) for i in ids])}
 
     def chunks_by_hash(self, hashes: list[str]) -> dict[str, int]:
         """text hash -> one chunk id carrying it (so unchanged text reuses stored vectors)."""

@@ -133,7 +133,7 @@ class Searcher:
         - the lowest semantic score (min-max scaling's floor: the minimum of noisy estimates is
         biased low) and every candidate whose estimate, give or take the margin, could reach the
         top ``limit``. Usually a few dozen chunks in one or two rounds. ``penalty`` (chunk id ->
-        amount, the test-code prior) is taken off inside the loop, so what it lets rise is scored
+        amount, the ranking priors) is taken off inside the loop, so what it lets rise is scored
         exactly too."""
         store, conn = self.index.store, self.index.conn
 
@@ -172,10 +172,24 @@ class Searcher:
     def _query_vectors(self, query: str) -> np.ndarray:
         return self.encoder.encode_queries([query])[0]  # (q_tokens, dim)
 
-    def _test_penalties(self, ids: set[int], penalty: float) -> dict[int, float]:
-        """``penalty`` for each chunk of ``ids`` in test code: a behaviour query usually wants the
-        implementation, and a test that exercises it shares its words and meaning."""
-        return {d: penalty for d, path in self.index.paths(list(ids)).items() if is_test_code(path)}
+    def _priors(self, ids: set[int], query: str) -> dict[int, float]:
+        """What hybrid fusion takes off each chunk of ``ids`` before ranking (chunk id -> amount).
+
+        - ``test_penalty`` for test code, unless the query names tests: a behaviour query usually
+          wants the implementation, and a test that exercises it shares its words and meaning.
+        - ``class_penalty`` for class chunks: a class's header and docstring (its methods are
+          chunks of their own) describe everything the class does, so they match a description
+          of one behaviour better than the method that implements it (docs/quality.md)."""
+        cfg = self.cfg
+        test = cfg.test_penalty if cfg.test_penalty > 0 and not _asks_for_tests(query) else 0.0
+        if not ids or (test <= 0 and cfg.class_penalty <= 0):
+            return {}
+        out: dict[int, float] = {}
+        for d, (path, kind) in self.index.path_kinds(list(ids)).items():
+            amount = (test if test and is_test_code(path) else 0.0) + (cfg.class_penalty if kind == "class" else 0.0)
+            if amount:
+                out[d] = amount
+        return out
 
     def search(self, query: str, mode: str | None = None, limit: int | None = None,
                filters: SearchFilters | None = None, auto: bool = False) -> list[Hit]:
@@ -232,9 +246,7 @@ class Searcher:
         elif cfg.fusion == "rrf":
             fused = weighted_rrf([sorted(sem, key=lambda d: (-sem[d], d)), list(lex)], [sem_w, lex_w], cfg.rrf_k)
         else:
-            penalty = None
-            if cfg.test_penalty > 0 and not _asks_for_tests(query):
-                penalty = self._test_penalties(set(sem) | set(lex), cfg.test_penalty)
+            penalty = self._priors(set(sem) | set(lex), query)
             fused = self._fuse_exactly(q, sem, lex, exact, margin, sem_w, lex_w, limit, penalty)
 
         best = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
