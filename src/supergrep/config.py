@@ -85,6 +85,7 @@ class SearchConfig:
     semantic_weight: float = _f(1.0, "Weight of the semantic (MaxSim) scores in hybrid fusion.")
     lexical_weight: float = _f(0.15, "Weight of the lexical (BM25) scores in hybrid fusion (see docs/quality.md for how it was chosen).")
     candidates: int = _f(200, "How many results of each scorer enter hybrid fusion.")
+    group_parts: bool = _f(True, "One result per definition: a function split into several chunks is shown once, by its best-scoring part (false: every part is a result of its own).")
     class_penalty: float = _f(0.1, "Hybrid score fusion: subtract this from the fused score of class chunks (a class's header and docstring outrank the method that does what a query describes; 0: off; chosen on eval/dev, docs/quality.md).")
     test_penalty: float = _f(0.2, "Hybrid score fusion: subtract this from the fused score of chunks in test code (tests/ dirs, test_*.py, *_test.go, *.spec.ts, ...) unless the query names tests (0: off; chosen on eval/dev, docs/quality.md).")
     cache_bytes: int = _f(0, "Keep up to this many bytes of float32 vectors in memory between queries (long-lived processes: eval, daemon).")

@@ -290,10 +290,11 @@ class Index:
             [int(i) for i in ids])
         return {row[0]: ChunkRow(*row) for row in rows}
 
-    def path_kinds(self, ids) -> dict[int, tuple[str, str]]:
-        """chunk id -> (its file's path, its kind): what the ranking priors need, without the texts."""
-        return {d: (path, kind) for d, path, kind in self._select_in(
-            "SELECT c.id, f.path, c.kind FROM chunks c JOIN files f ON f.id = c.file_id WHERE c.id IN ({})",
+    def chunk_meta(self, ids) -> dict[int, tuple[str, str, str]]:
+        """chunk id -> (its file's path, kind, symbol): what the ranking priors and the grouping of
+        a definition's parts need, without the texts."""
+        return {d: (path, kind, symbol) for d, path, kind, symbol in self._select_in(
+            "SELECT c.id, f.path, c.kind, c.symbol FROM chunks c JOIN files f ON f.id = c.file_id WHERE c.id IN ({})",
             [int(i) for i in ids])}
 
     def chunks_by_hash(self, hashes: list[str]) -> dict[str, int]:

@@ -185,11 +185,34 @@ class Searcher:
         if not ids or (test <= 0 and cfg.class_penalty <= 0):
             return {}
         out: dict[int, float] = {}
-        for d, (path, kind) in self.index.path_kinds(list(ids)).items():
+        for d, (path, kind, _symbol) in self.index.chunk_meta(list(ids)).items():
             amount = (test if test and is_test_code(path) else 0.0) + (cfg.class_penalty if kind == "class" else 0.0)
             if amount:
                 out[d] = amount
         return out
+
+    def _one_per_definition(self, ranked: list[tuple[int, float]], limit: int) -> tuple[list[tuple[int, float]], int]:
+        """The first ``limit`` of ``ranked`` (best first) with one chunk per definition: a function
+        split into parts is shown once, by its best part, instead of filling the list with
+        itself (module-level chunks, which have no symbol, are never grouped). Also returns how
+        deep into ``ranked`` that went."""
+        if not self.cfg.group_parts:
+            return ranked[:limit], min(limit, len(ranked))
+        out: list[tuple[int, float]] = []
+        seen: set = set()
+        step = max(4 * limit, 16)
+        for start in range(0, len(ranked), step):
+            block = ranked[start : start + step]
+            meta = self.index.chunk_meta([d for d, _ in block])
+            for d, score in block:
+                path, kind, symbol = meta.get(d, ("", "", ""))
+                key = (path, symbol) if symbol and kind != "module" else d
+                if key not in seen:
+                    seen.add(key)
+                    out.append((d, score))
+                    if len(out) == limit:
+                        return out, start + block.index((d, score)) + 1
+        return out, len(ranked)
 
     def search(self, query: str, mode: str | None = None, limit: int | None = None,
                filters: SearchFilters | None = None, auto: bool = False) -> list[Hit]:
@@ -222,13 +245,14 @@ class Searcher:
         sem: dict[int, float] = {}
         lex: dict[int, float] = {}
         if mode in ("lexical", "hybrid"):
-            ids, scores = self.index.lexical(query, limit if mode == "lexical" else cfg.candidates, allowed)
+            # (3x the limit: grouping a definition's parts may drop some)
+            ids, scores = self.index.lexical(query, 3 * limit if mode == "lexical" else max(cfg.candidates, 3 * limit), allowed)
             lex = dict(zip(ids.tolist(), scores.tolist(), strict=True))
         exact: set[int] = set()
         q = None
         if mode == "semantic":
             q = self._query_vectors(query)
-            ids, scores = store.search(conn, q, limit, allowed, exact=cfg.exact)
+            ids, scores = store.search(conn, q, 3 * limit, allowed, exact=cfg.exact)
             sem = dict(zip(ids.tolist(), scores.tolist(), strict=True))
         elif mode == "hybrid":
             q = self._query_vectors(query)
@@ -247,9 +271,15 @@ class Searcher:
             fused = weighted_rrf([sorted(sem, key=lambda d: (-sem[d], d)), list(lex)], [sem_w, lex_w], cfg.rrf_k)
         else:
             penalty = self._priors(set(sem) | set(lex), query)
-            fused = self._fuse_exactly(q, sem, lex, exact, margin, sem_w, lex_w, limit, penalty)
-
-        best = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+            depth = limit
+            while True:  # grouping parts may reach below the top `depth`: score that deep exactly too
+                fused = self._fuse_exactly(q, sem, lex, exact, margin, sem_w, lex_w, depth, penalty)
+                best, used = self._one_per_definition(sorted(fused.items(), key=lambda kv: (-kv[1], kv[0])), limit)
+                if used <= depth:
+                    break
+                depth = used
+        if mode != "hybrid" or cfg.fusion == "rrf":
+            best, _ = self._one_per_definition(sorted(fused.items(), key=lambda kv: (-kv[1], kv[0])), limit)
         rows = self.index.chunks([d for d, _ in best])
         hits = []
         for d, score in best:
