@@ -105,6 +105,30 @@ def test_the_peer_runs_on_the_same_batches_or_is_skipped_cleanly(tiny_bert_workl
     assert "not installed" in res["rows"][0]["error"]
 
 
+def test_the_peer_starts_from_our_weights_and_follows_the_same_losses(tmp_path):
+    """Same head, same LoRA A (B zero) and same batches: the two loops compute the same InfoNCE
+    over mean MaxSim, so with dropout off the loss before any update is equal and the curves
+    stay together (a random Dense init made the peer's loss differ by more than the noise)."""
+    import pytest
+
+    from supergrep.bench import peer
+
+    if peer.available() is not None:
+        pytest.skip(peer.available())
+    wl = get_workload("minilm-tiny", tmp_path)
+    cfg_file = wl.model_dir / "config.json"
+    cfg = json.loads(cfg_file.read_text())
+    cfg.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # dropout masks differ per loop
+    cfg_file.write_text(json.dumps(cfg))
+    res = run_train_bench(wl, [parse_variant("fp32"), parse_variant("peer+fp32")], steps=6, warmup=0, peak=PEAK)
+    ours, theirs = (r for r in res["rows"])
+    assert theirs["peer_init"].startswith("ours") and "error" not in theirs, theirs
+    assert abs(ours["losses"][0] - theirs["losses"][0]) < 1e-4, (ours["losses"], theirs["losses"])
+    for a, b in zip(ours["losses"], theirs["losses"], strict=True):
+        assert abs(a - b) < 0.05 * max(abs(a), 1.0), (ours["losses"], theirs["losses"])
+    assert ours["losses"][-1] < ours["losses"][0]  # both learn, not just start alike
+
+
 def test_bench_cli_train_and_encode(tmp_path):
     from click.testing import CliRunner
 

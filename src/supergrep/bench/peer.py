@@ -11,6 +11,12 @@ Steps are a plain loop (features -> loss -> backward -> clip -> AdamW), bf16 aut
 variant asks for it, as ``bf16=True`` in its trainer does; no Trainer/dataloader overhead is
 charged to it, so the comparison favours the peer.
 
+Both start from the same model: the peer's Dense head and every LoRA A get the numbers our
+trainer draws for the same seed (``projection_init``, ``lora_a_init``; LoRA B is zero in both),
+so the losses after N steps compare the training loops, not two random initialisations (with
+torch's default Dense init the peer's loss after 25 steps differed from ours by more than the
+step-to-step noise, docs/performance.md).
+
 Absent sentence-transformers (>= 6) or peft, ``available()`` says why and the bench records the
 variant as skipped.
 """
@@ -53,7 +59,7 @@ def _modules():
 class PeerTrainer:
     """One optimizer step per ``train_step(batch, lr)``, like ``TorchTrainer``."""
 
-    def __init__(self, wl, variant, device: str, lr: float, temperature: float):
+    def __init__(self, wl, variant, device: str, lr: float, temperature: float, seed: int = 0):
         why = available()  # first: peft and sentence-transformers are optional (the bench extra)
         if why:
             raise RuntimeError(f"peer unavailable: {why}")
@@ -84,11 +90,13 @@ class PeerTrainer:
                                           target_modules=targets))
         for p in dense.parameters():
             p.requires_grad_(True)
+        inner = getattr(transformer, "auto_model", None) or getattr(transformer, "model", None)
+        self.aligned = align_init(inner, dense, wl.projection_dim, seed)
+        self.model.to(self.device)
         self.model.train()
         self.loss = Loss(self.model, scale=1.0 / temperature, similarity_fct=mean_colbert_scores)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=lr, weight_decay=0.01, fused=self.device.type == "cuda")
-        inner = getattr(transformer, "auto_model", None) or getattr(transformer, "model", None)
         self.attn = getattr(getattr(inner, "config", None), "_attn_implementation", None)
 
     def describe(self) -> dict:
@@ -97,7 +105,8 @@ class PeerTrainer:
         return {"peer": f"sentence-transformers {sentence_transformers.__version__} MultiVectorEncoder + "
                         f"MultiVectorMultipleNegativesRankingLoss", "peer_attn": self.attn,
                 "peer_unpadded": self.unpadded,  # flash-attention varlen, when flash_attention_2 is there
-                "peer_trainable": sum(p.numel() for p in self.params)}
+                "peer_trainable": sum(p.numel() for p in self.params),
+                "peer_init": f"ours (seed-aligned head + {self.aligned} LoRA A)"}
 
     def train_step(self, batch, lr: float):
         import torch
@@ -127,6 +136,31 @@ class PeerTrainer:
         import torch
 
         return torch.stack([v.float() for v in values]).cpu().tolist() if values else []
+
+
+def align_init(inner, dense, projection_dim: int, seed: int) -> int:
+    """Give the peer's head and LoRA A matrices our trainer's initial values for ``seed``;
+    returns how many LoRA layers were set (every one PEFT added, or it raises)."""
+    import torch
+
+    from supergrep.backends.adapters import lora_a_init, projection_init
+
+    linear = getattr(dense, "linear", None) or next(m for m in dense.modules() if isinstance(m, torch.nn.Linear))
+    with torch.no_grad():
+        linear.weight.copy_(torch.from_numpy(projection_init(seed, projection_dim, linear.in_features)))
+        n = 0
+        for name, module in inner.named_modules():
+            a = getattr(module, "lora_A", None)
+            if not isinstance(a, torch.nn.ModuleDict) or "default" not in a:
+                continue
+            w = a["default"].weight  # (r, in_features)
+            w.copy_(torch.from_numpy(lora_a_init(seed, name, w.shape[0], w.shape[1])))
+            if module.lora_B["default"].weight.abs().max() != 0:
+                raise RuntimeError(f"peer LoRA B of {name} does not start at zero")
+            n += 1
+    if n == 0:
+        raise RuntimeError("the peer has no LoRA layers to align")
+    return n
 
 
 def _bert_targets() -> list[str]:

@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 
 TEMPERATURE = 0.07
 LR = 1e-3
+SEED = 0  # model init (head, LoRA A) of ours and of the peer: both start from the same weights
 
 
 @dataclass(frozen=True)
@@ -263,7 +264,7 @@ def train_config(wl: Workload, v: Variant, device: str, batch_size: int):
         lora_target_modules=list(wl.lora_targets), query_max_tokens=wl.query_len, document_max_tokens=wl.doc_cap,
         batch_size=batch_size, lr=LR, temperature=TEMPERATURE, margin_weight=0.0, precision=precision,
         attn_implementation=v.attn, compile=v.compile, gradient_checkpointing=v.ckpt, packing=v.packing,
-        dynamic_batch=False, device=device, seed=0,
+        dynamic_batch=False, device=device, seed=SEED,
     ).validate()
 
 
@@ -315,7 +316,7 @@ def run_variant(wl: Workload, v: Variant, steps: int, warmup: int, mf: ModelFlop
     if v.peer:
         from supergrep.bench.peer import PeerTrainer
 
-        trainer = PeerTrainer(wl, v, device, lr=LR, temperature=TEMPERATURE)
+        trainer = PeerTrainer(wl, v, device, lr=LR, temperature=TEMPERATURE, seed=SEED)  # same start as ours
     else:
         trainer = build_trainer(wl, v, device, bs)
     raw: list = []
