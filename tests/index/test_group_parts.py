@@ -51,9 +51,25 @@ def test_a_split_definition_is_one_result_in_every_mode(tmp_path, tiny_encoder):
                 seen.add(key)
                 expected.append(h.chunk_id)
         assert [h.chunk_id for h in after] == expected[:6], mode
-    # Module-level chunks (no symbol) are never grouped.
-    assert grouped._one_per_definition([(d, 1.0) for d, in index.conn.execute(
-        "SELECT id FROM chunks WHERE symbol = '' ORDER BY id")], 10)[0]
+    # Unsplit chunks are never grouped: two definitions sharing a name (overloads, a property's
+    # getter and setter) both stay, as do module-level chunks (no symbol).
+    for where in ("symbol = ''", "part = 0"):
+        ids = [(d, 1.0) for d, in index.conn.execute(f"SELECT id FROM chunks WHERE {where} ORDER BY id")]
+        assert ids and grouped._one_per_definition(ids, 50)[0] == ids
+
+
+def test_definitions_that_share_a_name_are_not_merged(tmp_path, tiny_encoder):
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "shapes.py").write_text(
+        "class Box:\n"
+        "    @property\n    def width(self):\n        return self._width\n\n"
+        "    @width.setter\n    def width(self, value):\n        self._width = max(0, value)\n")
+    index = Index(root)
+    update_index(index, tiny_encoder)
+    assert index.conn.execute("SELECT COUNT(*) FROM chunks WHERE symbol = 'Box.width'").fetchone()[0] == 2
+    hits = Searcher(index, tiny_encoder).search("box width", mode="lexical", limit=10)
+    assert sum(h.symbol == "Box.width" for h in hits) == 2
 
 
 def test_grouped_hybrid_results_are_scored_exactly_on_a_compressed_index(tmp_path, tiny_encoder):

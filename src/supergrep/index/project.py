@@ -290,12 +290,12 @@ class Index:
             [int(i) for i in ids])
         return {row[0]: ChunkRow(*row) for row in rows}
 
-    def chunk_meta(self, ids) -> dict[int, tuple[str, str, str]]:
-        """chunk id -> (its file's path, kind, symbol): what the ranking priors and the grouping of
-        a definition's parts need, without the texts."""
-        return {d: (path, kind, symbol) for d, path, kind, symbol in self._select_in(
-            "SELECT c.id, f.path, c.kind, c.symbol FROM chunks c JOIN files f ON f.id = c.file_id WHERE c.id IN ({})",
-            [int(i) for i in ids])}
+    def chunk_meta(self, ids) -> dict[int, tuple[str, str, str, int]]:
+        """chunk id -> (its file's path, kind, symbol, part): what the ranking priors and the
+        grouping of a split definition's parts need, without the texts."""
+        return {d: (path, kind, symbol, part) for d, path, kind, symbol, part in self._select_in(
+            "SELECT c.id, f.path, c.kind, c.symbol, c.part FROM chunks c JOIN files f ON f.id = c.file_id"
+            " WHERE c.id IN ({})", [int(i) for i in ids])}
 
     def chunks_by_hash(self, hashes: list[str]) -> dict[str, int]:
         """text hash -> one chunk id carrying it (so unchanged text reuses stored vectors)."""

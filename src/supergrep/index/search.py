@@ -185,7 +185,7 @@ class Searcher:
         if not ids or (test <= 0 and cfg.class_penalty <= 0):
             return {}
         out: dict[int, float] = {}
-        for d, (path, kind, _symbol) in self.index.chunk_meta(list(ids)).items():
+        for d, (path, kind, _symbol, _part) in self.index.chunk_meta(list(ids)).items():
             amount = (test if test and is_test_code(path) else 0.0) + (cfg.class_penalty if kind == "class" else 0.0)
             if amount:
                 out[d] = amount
@@ -193,9 +193,10 @@ class Searcher:
 
     def _one_per_definition(self, ranked: list[tuple[int, float]], limit: int) -> tuple[list[tuple[int, float]], int]:
         """The first ``limit`` of ``ranked`` (best first) with one chunk per definition: a function
-        split into parts is shown once, by its best part, instead of filling the list with
-        itself (module-level chunks, which have no symbol, are never grouped). Also returns how
-        deep into ``ranked`` that went."""
+        split into parts (``part`` >= 1) is shown once, by its best part, instead of filling the
+        list with itself. Unsplit chunks are never grouped, so overloads and a property's getter
+        and setter, which share a symbol, stay apart; module-level chunks have no symbol. Also
+        returns how deep into ``ranked`` that went."""
         if not self.cfg.group_parts:
             return ranked[:limit], min(limit, len(ranked))
         out: list[tuple[int, float]] = []
@@ -205,8 +206,8 @@ class Searcher:
             block = ranked[start : start + step]
             meta = self.index.chunk_meta([d for d, _ in block])
             for d, score in block:
-                path, kind, symbol = meta.get(d, ("", "", ""))
-                key = (path, symbol) if symbol and kind != "module" else d
+                path, kind, symbol, part = meta.get(d, ("", "", "", 0))
+                key = (path, symbol) if part and symbol and kind != "module" else d
                 if key not in seen:
                     seen.add(key)
                     out.append((d, score))
