@@ -205,14 +205,14 @@ class Searcher:
         for start in range(0, len(ranked), step):
             block = ranked[start : start + step]
             meta = self.index.chunk_meta([d for d, _ in block])
-            for d, score in block:
+            for i, (d, score) in enumerate(block, start=start + 1):
                 path, kind, symbol, part = meta.get(d, ("", "", "", 0))
                 key = (path, symbol) if part and symbol and kind != "module" else d
                 if key not in seen:
                     seen.add(key)
                     out.append((d, score))
                     if len(out) == limit:
-                        return out, start + block.index((d, score)) + 1
+                        return out, i
         return out, len(ranked)
 
     def search(self, query: str, mode: str | None = None, limit: int | None = None,
@@ -245,15 +245,15 @@ class Searcher:
         store, conn = self.index.store, self.index.conn
         sem: dict[int, float] = {}
         lex: dict[int, float] = {}
+        deep = 3 * limit if cfg.group_parts else limit  # grouping a definition's parts may drop some
         if mode in ("lexical", "hybrid"):
-            # (3x the limit: grouping a definition's parts may drop some)
-            ids, scores = self.index.lexical(query, 3 * limit if mode == "lexical" else max(cfg.candidates, 3 * limit), allowed)
+            ids, scores = self.index.lexical(query, deep if mode == "lexical" else max(cfg.candidates, deep), allowed)
             lex = dict(zip(ids.tolist(), scores.tolist(), strict=True))
         exact: set[int] = set()
         q = None
         if mode == "semantic":
             q = self._query_vectors(query)
-            ids, scores = store.search(conn, q, 3 * limit, allowed, exact=cfg.exact)
+            ids, scores = store.search(conn, q, deep, allowed, exact=cfg.exact)
             sem = dict(zip(ids.tolist(), scores.tolist(), strict=True))
         elif mode == "hybrid":
             q = self._query_vectors(query)
