@@ -55,7 +55,7 @@ def test_a_split_definition_is_one_result_in_every_mode(tmp_path, tiny_encoder):
     # getter and setter) both stay, as do module-level chunks (no symbol).
     for where in ("symbol = ''", "part = 0"):
         ids = [(d, 1.0) for d, in index.conn.execute(f"SELECT id FROM chunks WHERE {where} ORDER BY id")]
-        assert ids and grouped._one_per_definition(ids, 50)[0] == ids
+        assert ids and grouped._one_per_definition(ids, 50, index.chunk_meta([d for d, _ in ids]))[0] == ids
 
 
 def test_definitions_that_share_a_name_are_not_merged(tmp_path, tiny_encoder):
@@ -90,7 +90,7 @@ def test_grouped_hybrid_results_are_scored_exactly_on_a_compressed_index(tmp_pat
     depths, used = [], []
     fuse, group = searcher._fuse_exactly, searcher._one_per_definition
     searcher._fuse_exactly = lambda *a: (depths.append(a[7]), fuse(*a))[1]  # a[7]: the depth scored exactly
-    searcher._one_per_definition = lambda ranked, limit: (lambda r: (used.append(r[1]), r)[1])(group(ranked, limit))
+    searcher._one_per_definition = lambda ranked, limit, meta: (lambda r: (used.append(r[1]), r)[1])(group(ranked, limit, meta))
     query = "reconcile ledger entries balance"
     hits = searcher.search(query, mode="hybrid", limit=3)
     assert used[-1] > 3 and depths[-1] >= used[-1]  # the parts pushed the third result deeper; scored that deep

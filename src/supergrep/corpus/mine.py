@@ -287,7 +287,12 @@ def is_test_path(rel: str) -> bool:
     ...  "web/a.spec.ts", "lib/test_io.py", "lib/contest.py", "src/latest.rs")]
     [True, True, True, True, True, False, False]
     """
-    return in_test_dir(rel) or bool(_TEST_FILE.match(rel.rsplit("/", 1)[-1].rsplit(".", 1)[0]))
+    return in_test_dir(rel) or is_test_file(rel)
+
+
+def is_test_file(rel: str) -> bool:
+    """Whether the file name of ``rel`` (not its directories) names test code."""
+    return bool(_TEST_FILE.match(rel.rsplit("/", 1)[-1].rsplit(".", 1)[0]))
 
 
 def in_test_dir(rel: str) -> bool:

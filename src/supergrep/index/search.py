@@ -30,11 +30,11 @@ def is_test_code(path: str) -> bool:
     ...  "conftest.py", "jinja2/tests.py", "lib/contest.py")]
     [True, True, True, True, False, False]
     """
-    from supergrep.corpus.mine import in_test_dir, is_test_path
+    from supergrep.corpus.mine import in_test_dir, is_test_file
 
     if in_test_dir(path):
         return True
-    return path.rsplit("/", 1)[-1].rsplit(".", 1)[0] not in ("test", "tests") and is_test_path(path)
+    return path.rsplit("/", 1)[-1].rsplit(".", 1)[0] not in ("test", "tests") and is_test_file(path)
 
 
 def _asks_for_tests(query: str) -> bool:
@@ -172,8 +172,9 @@ class Searcher:
     def _query_vectors(self, query: str) -> np.ndarray:
         return self.encoder.encode_queries([query])[0]  # (q_tokens, dim)
 
-    def _priors(self, ids: set[int], query: str) -> dict[int, float]:
-        """What hybrid fusion takes off each chunk of ``ids`` before ranking (chunk id -> amount).
+    def _priors(self, meta: dict[int, tuple[str, str, str, int]], query: str) -> dict[int, float]:
+        """What hybrid fusion takes off each chunk of ``meta`` (``Index.chunk_meta``) before
+        ranking (chunk id -> amount).
 
         - ``test_penalty`` for test code, unless the query names tests: a behaviour query usually
           wants the implementation, and a test that exercises it shares its words and meaning.
@@ -182,37 +183,32 @@ class Searcher:
           of one behaviour better than the method that implements it (docs/quality.md)."""
         cfg = self.cfg
         test = cfg.test_penalty if cfg.test_penalty > 0 and not _asks_for_tests(query) else 0.0
-        if not ids or (test <= 0 and cfg.class_penalty <= 0):
-            return {}
         out: dict[int, float] = {}
-        for d, (path, kind, _symbol, _part) in self.index.chunk_meta(list(ids)).items():
+        for d, (path, kind, _symbol, _part) in meta.items():
             amount = (test if test and is_test_code(path) else 0.0) + (cfg.class_penalty if kind == "class" else 0.0)
             if amount:
                 out[d] = amount
         return out
 
-    def _one_per_definition(self, ranked: list[tuple[int, float]], limit: int) -> tuple[list[tuple[int, float]], int]:
+    def _one_per_definition(self, ranked: list[tuple[int, float]], limit: int,
+                            meta: dict[int, tuple[str, str, str, int]]) -> tuple[list[tuple[int, float]], int]:
         """The first ``limit`` of ``ranked`` (best first) with one chunk per definition: a function
         split into parts (``part`` >= 1) is shown once, by its best part, instead of filling the
         list with itself. Unsplit chunks are never grouped, so overloads and a property's getter
         and setter, which share a symbol, stay apart; module-level chunks have no symbol. Also
-        returns how deep into ``ranked`` that went."""
+        returns how deep into ``ranked`` that went. ``meta``: ``Index.chunk_meta`` of the ranked ids."""
         if not self.cfg.group_parts:
             return ranked[:limit], min(limit, len(ranked))
         out: list[tuple[int, float]] = []
         seen: set = set()
-        step = max(4 * limit, 16)
-        for start in range(0, len(ranked), step):
-            block = ranked[start : start + step]
-            meta = self.index.chunk_meta([d for d, _ in block])
-            for i, (d, score) in enumerate(block, start=start + 1):
-                path, kind, symbol, part = meta.get(d, ("", "", "", 0))
-                key = (path, symbol) if part and symbol and kind != "module" else d
-                if key not in seen:
-                    seen.add(key)
-                    out.append((d, score))
-                    if len(out) == limit:
-                        return out, i
+        for i, (d, score) in enumerate(ranked, start=1):
+            path, kind, symbol, part = meta.get(d, ("", "", "", 0))
+            key = (path, symbol) if part and symbol and kind != "module" else d
+            if key not in seen:
+                seen.add(key)
+                out.append((d, score))
+                if len(out) == limit:
+                    return out, i
         return out, len(ranked)
 
     def search(self, query: str, mode: str | None = None, limit: int | None = None,
@@ -264,23 +260,29 @@ class Searcher:
             sem = dict(zip(ids.tolist(), scores.tolist(), strict=True))
             exact = set(ids[is_exact].tolist())
 
+        score_fused = mode == "hybrid" and cfg.fusion != "rrf"
+        # path, kind, symbol and part of every candidate, read once for the priors and the grouping
+        meta = self.index.chunk_meta(set(sem) | set(lex)) if cfg.group_parts or score_fused else {}
+
+        def ranked(fused: dict[int, float]) -> list[tuple[int, float]]:
+            return sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))
+
         if mode == "semantic":
-            fused = sem
+            best, _ = self._one_per_definition(ranked(sem), limit, meta)
         elif mode == "lexical":
-            fused = lex
-        elif cfg.fusion == "rrf":
+            best, _ = self._one_per_definition(ranked(lex), limit, meta)
+        elif not score_fused:
             fused = weighted_rrf([sorted(sem, key=lambda d: (-sem[d], d)), list(lex)], [sem_w, lex_w], cfg.rrf_k)
+            best, _ = self._one_per_definition(ranked(fused), limit, meta)
         else:
-            penalty = self._priors(set(sem) | set(lex), query)
+            penalty = self._priors(meta, query)
             depth = limit
             while True:  # grouping parts may reach below the top `depth`: score that deep exactly too
                 fused = self._fuse_exactly(q, sem, lex, exact, margin, sem_w, lex_w, depth, penalty)
-                best, used = self._one_per_definition(sorted(fused.items(), key=lambda kv: (-kv[1], kv[0])), limit)
+                best, used = self._one_per_definition(ranked(fused), limit, meta)
                 if used <= depth:
                     break
                 depth = used
-        if mode != "hybrid" or cfg.fusion == "rrf":
-            best, _ = self._one_per_definition(sorted(fused.items(), key=lambda kv: (-kv[1], kv[0])), limit)
         rows = self.index.chunks([d for d, _ in best])
         hits = []
         for d, score in best:
