@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -14,6 +15,8 @@ from supergrep.bench.train import (
     grid_variants,
     parse_variant,
     run_train_bench,
+    train_config,
+    variant_name,
     workload_flops,
 )
 from supergrep.bench.workloads import get_workload, make_batches, make_pool
@@ -41,7 +44,7 @@ def test_flop_count_of_a_tiny_bert_matches_a_hand_count(tiny_bert_workload):
     assert mf.encode([5]) == 5 * (2 * (mf.n_frozen + mf.n_trainable) + 4 * 2 * 32 * 5)
 
 
-def test_variant_language_and_grid():
+def test_variant_language_and_grid(tiny_bert_workload):
     v = parse_variant("bf16+compile+packing+bs=16")
     assert (v.precision, v.compile, v.packing, v.batch_size, v.is_naive) == ("bf16", True, True, 16, False)
     assert parse_variant("naive").is_naive
@@ -49,6 +52,18 @@ def test_variant_language_and_grid():
         parse_variant("bf16+warp")
     names = [g.name for g in grid_variants(["precision=fp32,bf16", "compile=0,1"])]
     assert names == ["naive", "fp32", "fp32+compile", "bf16", "bf16+compile"]
+    g = parse_variant("bf16+cudagraphs+packing+pad=64")
+    assert (g.compile, g.compile_mode, g.pad_multiple) == (True, "reduce-overhead", 64)
+    assert variant_name(g) == "bf16+compile+cudagraphs+packing+pad=64"
+    assert parse_variant(variant_name(g)) == replace(g, name=variant_name(g))
+    cfg = train_config(tiny_bert_workload, g, "cpu", 8)
+    assert (cfg.compile_mode, cfg.pad_multiple) == ("reduce-overhead", 64)
+
+
+def test_pad_multiple_rounds_document_widths(tiny_bert_workload):
+    pool = make_pool(tiny_bert_workload, 32, seed=1)
+    for b in make_batches(pool, tiny_bert_workload, 8, "bucketed", packing=True, pad_multiple=16):
+        assert b.d_ids.shape[1] % 16 == 0 and b.packed.ids.shape[1] % 16 == 0
 
 
 def test_batches_cover_the_same_pool_in_every_mode(tiny_bert_workload):

@@ -120,10 +120,23 @@ class TorchTrainer:
                 raise UsageError(f"gradient checkpointing is not available for {spec.model_type} models")
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.model.train()
-        self._encode_impl = torch.compile(self._encode_eager, dynamic=True) if cfg.compile else self._encode_eager
+        mode = None if cfg.compile_mode == "default" else cfg.compile_mode
+        self._cudagraphs = cfg.compile and self.device.type == "cuda" and cfg.compile_mode == "reduce-overhead"
+        self._encode_impl = (torch.compile(self._encode_eager, dynamic=True, mode=mode) if cfg.compile
+                             else self._encode_eager)
         self._pack_offset = self._packing_positions(spec.model_type, model) if cfg.packing else None
-        self._encode_packed_impl = (torch.compile(self._encode_packed_eager, dynamic=True) if cfg.compile
+        self._encode_packed_impl = (torch.compile(self._encode_packed_eager, dynamic=True, mode=mode) if cfg.compile
                                     else self._encode_packed_eager)
+        self._flex = cfg.attn_implementation == "flex"
+        if self._flex:
+            from supergrep.backends.torch_backend import T5_TYPES
+
+            if spec.model_type not in T5_TYPES:
+                raise UsageError(f"attn_implementation flex is implemented for T5 encoders, not {spec.model_type}; "
+                                 f"use sdpa")
+            self._pad_id = int(getattr(model.config, "pad_token_id", 0) or 0)
+        self._encode_flex_impl = (torch.compile(self._encode_flex_eager, dynamic=True, mode=mode) if cfg.compile
+                                  else self._encode_flex_eager)
         self.params = self._named_trainable()
         decay = [p for n, p in self.params.items() if p.ndim >= 2]
         no_decay = [p for n, p in self.params.items() if p.ndim < 2]
@@ -223,11 +236,57 @@ class TorchTrainer:
         flat = torch.cat([flat, flat.new_zeros(1, flat.shape[-1])])  # the padding slot
         return nn.functional.normalize(flat[gather], p=2, dim=-1)  # (n_d, d_len, dim) as encode() gives
 
+    def _encode_flex_eager(self, ids, seg, block_mask, gather) -> torch.Tensor:
+        from supergrep.backends.torch_t5_flex import packed_forward
+
+        with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
+                            enabled=self.amp_dtype is not None):
+            vecs = self.proj(packed_forward(self.model, ids, seg, block_mask))  # (rows, T, dim)
+        flat = vecs.float().reshape(-1, vecs.shape[-1])
+        flat = torch.cat([flat, flat.new_zeros(1, flat.shape[-1])])  # the padding slot
+        return nn.functional.normalize(flat[gather], p=2, dim=-1)
+
+    def _encode_flex(self, packed) -> torch.Tensor:
+        """Vectors (n, width, dim) of packed rows through FlexAttention (``torch_t5_flex``; on a
+        CPU, which has no FlexAttention backward, the same attention written out). The block mask
+        is built outside the compiled region (a few small kernels per step)."""
+        from supergrep.backends.torch_t5_flex import segment_block_mask
+
+        ids, seg, _pos, gather = packed
+        block_mask = segment_block_mask(seg) if self.device.type == "cuda" else None
+        return self._encode_flex_impl(ids, seg, block_mask, gather)
+
     def encode_documents(self, d_ids: torch.Tensor, d_mask: torch.Tensor, packed=None) -> torch.Tensor:
         """Document vectors (n_d, d_len, dim): from the packed rows when there are, else padded."""
         if packed is None:
             return self.encode(d_ids, d_mask)
+        if self._flex:
+            return self._encode_flex(packed)
         return self._encode_packed_impl(*packed)
+
+    def joint_packed_to_device(self, batch: Batch):
+        """Queries and documents packed into one set of rows (flex only): one encoder pass per
+        step instead of two, so half the kernel launches of a launch-bound step."""
+        if not self._flex or not self._packs(batch):
+            return None
+        from supergrep.backends.packing import pack_documents
+
+        width = max(batch.q_ids.shape[1], batch.d_ids.shape[1])
+
+        def widen(a: np.ndarray, fill) -> np.ndarray:
+            out = np.full((a.shape[0], width), fill, dtype=a.dtype)
+            out[:, : a.shape[1]] = a
+            return out
+
+        ids = np.concatenate([widen(batch.q_ids, self._pad_id), widen(batch.d_ids, self._pad_id)])
+        mask = np.concatenate([widen(batch.q_mask, False), widen(batch.d_mask, False)])
+        p = pack_documents(ids, mask, self.cfg.document_max_tokens, self._pad_id, self.cfg.pad_multiple)
+        pin = self.device.type == "cuda"
+        out = []
+        for a in (p.ids, p.seg, p.pos, p.gather):
+            t = torch.from_numpy(a)
+            out.append((t.pin_memory() if pin else t).to(self.device, non_blocking=pin))
+        return tuple(out)
 
     @torch.no_grad()
     def _teacher_vectors(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -274,11 +333,16 @@ class TorchTrainer:
 
         return move(batch.q_ids), move(batch.q_mask), move(batch.d_ids), move(batch.d_mask)
 
+    def _packs(self, batch: Batch) -> bool:
+        """Whether this step runs on packed rows (plain steps only; GradCache and accumulation pad)."""
+        return (getattr(batch, "packed", None) is not None and self._pack_offset is not None and not self.cached
+                and self.cfg.grad_accum_steps == 1)
+
     def packed_to_device(self, batch: Batch):
         """(ids, seg, pos, gather) of the packed documents on the device, when this step uses them."""
-        p = getattr(batch, "packed", None)
-        if p is None or self._pack_offset is None or self.cached or self.cfg.grad_accum_steps != 1:
+        if not self._packs(batch):
             return None
+        p = batch.packed
         pin = self.device.type == "cuda"
         out = []
         for a in (p.ids, p.seg, p.pos, p.gather):
@@ -289,9 +353,16 @@ class TorchTrainer:
     def _backward(self, loss: torch.Tensor) -> None:
         self.scaler.scale(loss).backward()
 
-    def _step_plain(self, q_ids, q_mask, d_ids, d_mask, packed=None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _step_plain(self, q_ids, q_mask, d_ids, d_mask, packed=None, joint=None) -> tuple[torch.Tensor, torch.Tensor]:
         k = self.cfg.grad_accum_steps
         n_q = q_ids.shape[0]
+        if joint is not None:  # queries and documents in one packed pass (flex)
+            teacher = self._teacher(q_ids, q_mask, d_ids, d_mask)
+            both = self._encode_flex(joint)
+            q, d = both[:n_q, : q_ids.shape[1]], both[n_q:, : d_ids.shape[1]]
+            loss, acc = self._loss(q, q_mask, d, d_mask, teacher)
+            self._backward(loss)
+            return loss.detach(), acc.detach()
         if k == 1:
             teacher = self._teacher(q_ids, q_mask, d_ids, d_mask)
             loss, acc = self._loss(self.encode(q_ids, q_mask), q_mask, self.encode_documents(d_ids, d_mask, packed),
@@ -349,20 +420,23 @@ class TorchTrainer:
         """One optimizer step on ``batch``; returns (loss, in-batch accuracy) on the device."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        if self._cudagraphs:  # a new step: the CUDA graphs' outputs of the last one may be overwritten
+            torch.compiler.cudagraph_mark_step_begin()
         tensors = self._to_device(batch)
-        packed = self.packed_to_device(batch)
+        joint = self.joint_packed_to_device(batch)
+        packed = None if joint is not None else self.packed_to_device(batch)
         while True:
             try:
                 if self.cached:
                     loss, acc = self._step_cached(*tensors)
                 else:
-                    loss, acc = self._step_plain(*tensors, *([packed] if packed is not None else []))
+                    loss, acc = self._step_plain(*tensors, packed, joint)
                 break
             except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled
                 if not (is_oom(exc) and self.cfg.dynamic_batch):
                     raise
                 self._recover_from_oom(batch)
-                packed = None
+                packed = joint = None
         self._maybe_grow()
         self._sync_gradients()
         self.optimizer_step()

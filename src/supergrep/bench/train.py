@@ -5,8 +5,13 @@ A variant is written as ``+``-joined tokens (``bf16+compile+packing``):
 
     fp32 | bf16 | fp16        autocast precision (default: bf16 on CUDA, fp32 elsewhere)
     compile                   torch.compile of the encoder (dynamic shapes)
+    cudagraphs                compile with mode reduce-overhead: CUDA graphs, one per distinct shape
+    pad=N                     round document widths (and packed rows) up to a multiple of N (default 8):
+                              fewer distinct shapes for CUDA graphs and first-call costs
     ckpt                      gradient checkpointing
     eager                     eager attention instead of SDPA
+    flex                      T5 only, with packing: FlexAttention with the position bias in the kernel,
+                              queries and documents packed into one encoder pass (torch_t5_flex.py)
     padmax | random | bucketed   batching: pad to the cap / random batches padded to their longest /
                               the trainer's length buckets (default)
     packing                   documents packed into rows with a block-diagonal mask
@@ -59,6 +64,8 @@ class Variant:
     name: str
     precision: str = "auto"
     compile: bool = False
+    compile_mode: str = "default"  # "reduce-overhead": CUDA graphs (token `cudagraphs`)
+    pad_multiple: int = 8  # document and packed-row widths round up to this (token `pad=N`)
     ckpt: bool = False
     attn: str = "sdpa"
     batching: str = "bucketed"
@@ -83,11 +90,12 @@ def mlx_conflict(v: Variant) -> str | None:
     """Why the MLX trainer cannot run ``v`` as asked (None: it can, or ``v`` is a torch variant)."""
     if v.backend != "mlx":
         return None
-    bad = [t for t, on in (("compile", v.compile), ("packing", v.packing), ("peer", v.peer),
+    bad = [t for t, on in (("compile", v.compile), ("packing", v.packing), ("peer", v.peer), ("flex", v.attn == "flex"),
                            ("fp16", v.precision == "fp16")) if on]
     if not bad:
         return None
     why = {"compile": "MLX always mx.compiles its step", "packing": "the MLX trainer has no packed rows",
+           "flex": "FlexAttention is a torch feature",
            "peer": "the peer is a torch model", "fp16": "the MLX trainer has no fp16 loss scaling"}
     return f"'{v.name}': mlx cannot run {'+'.join(bad)} ({'; '.join(why[b] for b in bad)})"
 
@@ -117,7 +125,11 @@ def parse_variant(text: str) -> Variant:
             kw["precision"] = tok
         elif tok in ("compile", "ckpt", "packing", "sync", "peer"):
             kw[tok] = True
-        elif tok in ("eager", "sdpa"):
+        elif tok == "cudagraphs":
+            kw.update(compile=True, compile_mode="reduce-overhead")
+        elif tok.startswith("pad="):
+            kw["pad_multiple"] = int(tok[4:])
+        elif tok in ("eager", "sdpa", "flex"):
             kw["attn"] = tok
         elif tok in ("padmax", "random", "bucketed"):
             kw["batching"] = tok
@@ -184,8 +196,10 @@ def grid_variants(axes: list[str]) -> list[Variant]:
 
 def variant_name(v: Variant) -> str:
     parts = ["mlx", v.precision] if v.backend == "mlx" else [v.precision]
-    parts += [t for t, on in (("compile", v.compile), ("ckpt", v.ckpt), ("packing", v.packing), ("sync", v.sync),
-                              ("peer", v.peer)) if on]
+    parts += [t for t, on in (("compile", v.compile), ("cudagraphs", v.compile_mode == "reduce-overhead"),
+                              ("ckpt", v.ckpt), ("packing", v.packing), ("sync", v.sync), ("peer", v.peer)) if on]
+    if v.pad_multiple != 8:
+        parts.append(f"pad={v.pad_multiple}")
     if v.attn != "sdpa":
         parts.append(v.attn)
     if v.batching != "bucketed":
@@ -263,7 +277,8 @@ def train_config(wl: Workload, v: Variant, device: str, batch_size: int):
         backend=v.backend, model_path=str(wl.model_dir), projection_dim=wl.projection_dim, lora_r=wl.lora_r, lora_alpha=wl.lora_alpha,
         lora_target_modules=list(wl.lora_targets), query_max_tokens=wl.query_len, document_max_tokens=wl.doc_cap,
         batch_size=batch_size, lr=LR, temperature=TEMPERATURE, margin_weight=0.0, precision=precision,
-        attn_implementation=v.attn, compile=v.compile, gradient_checkpointing=v.ckpt, packing=v.packing,
+        attn_implementation=v.attn, compile=v.compile, compile_mode=v.compile_mode, pad_multiple=v.pad_multiple,
+        gradient_checkpointing=v.ckpt, packing=v.packing,
         dynamic_batch=False, device=device, seed=SEED,
     ).validate()
 
@@ -309,7 +324,7 @@ def run_variant(wl: Workload, v: Variant, steps: int, warmup: int, mf: ModelFlop
     device = _device(v.device, v.backend)
     bs = v.batch_size or wl.batch_size
     pool = make_pool(wl, bs * (warmup + steps), seed)
-    batches = make_batches(pool, wl, bs, v.batching, v.packing and not v.peer, seed)
+    batches = make_batches(pool, wl, bs, v.batching, v.packing and not v.peer, seed, v.pad_multiple)
     memory = MemoryRecorder(device=device)
     if not mlx:
         _reset_peak(device)

@@ -67,8 +67,9 @@ class TrainConfig:
     mini_batch_size: int = _f(16, "Mini-batch size of cached_contrastive (and of OOM recovery).")
     # -- speed ------------------------------------------------------------------------------
     precision: str = _f("auto", "fp32, bf16 or fp16 (autocast); auto: bf16 on GPUs that have it, fp32 on CPU.", ("auto", "fp32", "bf16", "fp16"))
-    attn_implementation: str = _f("sdpa", "Attention kernels: sdpa or eager.", ("sdpa", "eager"))
+    attn_implementation: str = _f("sdpa", "Attention kernels: sdpa, eager, or flex (T5 encoders with packing: FlexAttention with T5's position bias in the kernel, queries and documents packed into one pass; no dropout on attention probabilities).", ("sdpa", "eager", "flex"))
     compile: bool = _f(False, "torch.compile the encoder (dynamic shapes). backend torch only: the MLX backend always compiles its step (mx.compile), whatever this says.")
+    compile_mode: str = _f("default", "torch.compile mode when compile is on: default, reduce-overhead (CUDA graphs, one per distinct batch shape: pair it with packing or a large pad_multiple), max-autotune-no-cudagraphs.", ("default", "reduce-overhead", "max-autotune-no-cudagraphs"))
     gradient_checkpointing: bool = _f(False, "Recompute activations in backward (less memory, more time).")
     dynamic_batch: bool = _f(True, "On out-of-memory, halve the mini-batch and retry the step (switching to cached_contrastive keeps the negatives).")
     pad_multiple: int = _f(8, "Pad batch lengths to a multiple of this (tensor-core friendly shapes).")
@@ -107,8 +108,10 @@ class TrainConfig:
                 problems.append(f"{name} must be in [0, 1]")
         if self.batch_size % self.grad_accum_steps:
             problems.append("batch_size must be a multiple of grad_accum_steps")
-        if self.packing and self.attn_implementation != "sdpa":
-            problems.append("packing needs attn_implementation sdpa (its block-diagonal mask)")
+        if self.packing and self.attn_implementation == "eager":
+            problems.append("packing needs attn_implementation sdpa or flex (its block-diagonal mask)")
+        if self.attn_implementation == "flex" and not self.packing:
+            problems.append("attn_implementation flex needs packing: true (it runs on packed rows)")
         if self.max_steps <= 0 and self.epochs <= 0:
             problems.append("set epochs > 0 or max_steps > 0")
         if self.qat_bits not in (0, 4, 8):

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from supergrep.backends.packing import Packed, pack_documents  # noqa: F401 - re-exported
 from supergrep.config import supergrep_home
 from supergrep.corpus.documents import Pair
 from supergrep.encoder.spec import ModelSpec
@@ -152,68 +153,6 @@ def bucket_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int, 
         batches += [chunk[i : i + batch_size] for i in range(0, len(chunk) - batch_size + 1, batch_size)]
     perm = rng.permutation(len(batches))
     return [batches[i] for i in perm]
-
-
-@dataclass
-class Packed:
-    """A batch's documents packed end to end into rows, for attention with a block-diagonal mask.
-
-    Attributes:
-        ids: (rows, width) token ids; each row holds several documents back to back.
-        seg: (rows, width) which document a position belongs to (its row in ``d_ids``); -1 is
-            padding (padding attends to padding only, so no softmax row is empty).
-        pos: (rows, width) the position of a token within its own document (0, 1, ...).
-        gather: (n_docs, d_len) for each position of the padded ``d_ids``, its flat index into
-            (rows * width); padding positions point at ``rows * width``, one past the end (a zero
-            vector the trainer appends).
-    """
-
-    ids: np.ndarray
-    seg: np.ndarray
-    pos: np.ndarray
-    gather: np.ndarray
-
-    @property
-    def fill(self) -> float:
-        """Share of the packed positions that are real tokens."""
-        return float((self.seg >= 0).mean())
-
-
-def pack_documents(d_ids: np.ndarray, d_mask: np.ndarray, capacity: int, pad_id: int, multiple: int = 8) -> Packed:
-    """First-fit-decreasing packing of padded documents into rows of at most ``capacity`` tokens.
-
-    >>> ids = np.array([[5, 6, 7, 0], [8, 9, 0, 0], [4, 0, 0, 0]])
-    >>> p = pack_documents(ids, ids > 0, capacity=4, pad_id=0, multiple=1)
-    >>> p.ids.tolist(), p.seg.tolist(), p.pos.tolist()
-    ([[5, 6, 7, 4], [8, 9, 0, 0]], [[0, 0, 0, 2], [1, 1, -1, -1]], [[0, 1, 2, 0], [0, 1, 0, 0]])
-    >>> p.gather.tolist()   # rows * width = 8 is the zero slot
-    [[0, 1, 2, 8], [4, 5, 8, 8], [3, 8, 8, 8]]
-    """
-    lengths = d_mask.sum(axis=1).astype(np.int64)
-    capacity = max(int(capacity), int(lengths.max()))
-    fill: list[int] = []
-    row_of = np.zeros(len(lengths), dtype=np.int64)
-    start_of = np.zeros(len(lengths), dtype=np.int64)
-    for i in np.argsort(-lengths, kind="stable"):
-        n = int(lengths[i])
-        r = next((r for r, f in enumerate(fill) if f + n <= capacity), len(fill))
-        if r == len(fill):
-            fill.append(0)
-        row_of[i], start_of[i] = r, fill[r]
-        fill[r] += n
-    rows = len(fill)
-    width = -(-max(fill) // multiple) * multiple
-    ids = np.full((rows, width), pad_id, dtype=np.int64)
-    seg = np.full((rows, width), -1, dtype=np.int64)
-    pos = np.zeros((rows, width), dtype=np.int64)
-    gather = np.full(d_ids.shape, rows * width, dtype=np.int64)
-    for i, n in enumerate(lengths):
-        r, s, n = int(row_of[i]), int(start_of[i]), int(n)
-        ids[r, s : s + n] = d_ids[i, :n]
-        seg[r, s : s + n] = i
-        pos[r, s : s + n] = np.arange(n)
-        gather[i, :n] = r * width + s + np.arange(n)
-    return Packed(ids, seg, pos, gather)
 
 
 @dataclass
