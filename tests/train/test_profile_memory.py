@@ -129,6 +129,12 @@ def test_packed_documents_give_the_padded_vectors_and_loss(model_fixture, reques
     l1, _ = trainer._step_plain(q_ids, q_mask, d_ids, d_mask)
     l2, _ = trainer._step_plain(q_ids, q_mask, d_ids, d_mask, packed=packed)
     assert float(l1) == pytest.approx(float(l2), rel=1e-5)
+    # queries packed into the same rows as the documents: one encoder pass, the same loss
+    joint = trainer.joint_packed_to_device(batch)
+    assert joint[3].shape[0] == q_ids.shape[0] + d_ids.shape[0]
+    assert joint[0].numel() < packed[0].numel() + q_ids.numel()  # queries filled the rows' gaps
+    l3, _ = trainer._step_plain(q_ids, q_mask, d_ids, d_mask, joint=joint)
+    assert float(l3) == pytest.approx(float(l1), rel=1e-5)
 
 
 def test_packing_needs_sdpa(tiny_model, pairs_file):

@@ -134,7 +134,7 @@ class TorchTrainer:
             if spec.model_type not in T5_TYPES:
                 raise UsageError(f"attn_implementation flex is implemented for T5 encoders, not {spec.model_type}; "
                                  f"use sdpa")
-            self._pad_id = int(getattr(model.config, "pad_token_id", 0) or 0)
+        self._pad_id = int(getattr(model.config, "pad_token_id", 0) or 0)
         self._encode_flex_impl = (torch.compile(self._encode_flex_eager, dynamic=True, mode=mode) if cfg.compile
                                   else self._encode_flex_eager)
         self.params = self._named_trainable()
@@ -265,9 +265,9 @@ class TorchTrainer:
         return self._encode_packed_impl(*packed)
 
     def joint_packed_to_device(self, batch: Batch):
-        """Queries and documents packed into one set of rows (flex only): one encoder pass per
-        step instead of two, so half the kernel launches of a launch-bound step."""
-        if not self._flex or not self._packs(batch):
+        """Queries and documents packed into one set of rows: one encoder pass per step instead
+        of two, so half the kernel launches of a launch-bound step (docs/performance.md)."""
+        if not self._packs(batch):
             return None
         from supergrep.backends.packing import pack_documents
 
@@ -356,9 +356,9 @@ class TorchTrainer:
     def _step_plain(self, q_ids, q_mask, d_ids, d_mask, packed=None, joint=None) -> tuple[torch.Tensor, torch.Tensor]:
         k = self.cfg.grad_accum_steps
         n_q = q_ids.shape[0]
-        if joint is not None:  # queries and documents in one packed pass (flex)
+        if joint is not None:  # queries and documents in one packed pass
             teacher = self._teacher(q_ids, q_mask, d_ids, d_mask)
-            both = self._encode_flex(joint)
+            both = self._encode_flex(joint) if self._flex else self._encode_packed_impl(*joint)
             q, d = both[:n_q, : q_ids.shape[1]], both[n_q:, : d_ids.shape[1]]
             loss, acc = self._loss(q, q_mask, d, d_mask, teacher)
             self._backward(loss)

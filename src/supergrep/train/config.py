@@ -73,7 +73,7 @@ class TrainConfig:
     gradient_checkpointing: bool = _f(False, "Recompute activations in backward (less memory, more time).")
     dynamic_batch: bool = _f(True, "On out-of-memory, halve the mini-batch and retry the step (switching to cached_contrastive keeps the negatives).")
     pad_multiple: int = _f(8, "Pad batch lengths to a multiple of this (tensor-core friendly shapes).")
-    packing: bool = _f(False, "Pack each batch's documents into rows of document_max_tokens with a block-diagonal attention mask (SDPA), so no FLOP is spent on padding (BERT-style and T5 models; plain steps; cached/accumulated steps stay padded).")
+    packing: bool = _f(False, "Pack each batch's documents into rows of document_max_tokens with a block-diagonal attention mask (SDPA), so no FLOP is spent on padding, and the batch's queries into the same rows (one encoder pass per step) (BERT-style and T5 models; plain steps; cached/accumulated steps stay padded).")
     prefetch_batches: int = _f(4, "Batches prepared ahead by a background thread.")
     # -- run --------------------------------------------------------------------------------
     backend: str = _f("torch", "torch or mlx.", ("torch", "mlx"))
