@@ -404,11 +404,15 @@ class CompressedStore(SegmentStore):
             np.add(resid[t0:t1], offsets, out=idx, dtype=np.intp)
             dec = self._work("dec", n * nb, table.dtype).reshape(n, nb)
             table.take(idx, out=dec, mode="clip")
-            sims = self._work("sims", len(query) * n, np.float32).reshape(len(query), n)
-            np.matmul(query, dec.view(np.float32).reshape(n, codec.dim).T, out=sims)
-            sims += st[codes[t0:t1].astype(np.int64)].T
+            # (token, query token) layout: the centroid scores are added as contiguous rows of
+            # st, and each document's max runs down its own block of rows
+            sims = self._work("sims", len(query) * n, np.float32).reshape(n, len(query))
+            np.matmul(dec.view(np.float32).reshape(n, codec.dim), query.T, out=sims)
+            cent = self._work("cent", len(query) * n, np.float32).reshape(n, len(query))
+            np.take(st, codes[t0:t1], axis=0, out=cent)
+            sims += cent
             starts = np.concatenate([[0], ends[i : j - 1] - t0]).astype(np.int64)
-            out[i:j] = np.maximum.reduceat(sims, starts, axis=1).sum(axis=0)
+            out[i:j] = np.maximum.reduceat(sims, starts, axis=0).sum(axis=1)
             i = j
         return out
 
