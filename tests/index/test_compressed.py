@@ -374,6 +374,21 @@ def test_blocked_exact_scores_equal_maxsim_over_the_decoded_vectors(tmp_path, da
     np.testing.assert_allclose(s.score(conn, q, pick), [maxsim(q, dec[i]) for i in pick], rtol=1e-5)
 
 
+def test_remembered_centroid_scores_follow_the_query(tmp_path, data):
+    docs, _, codec = data
+    s, conn = new_store(tmp_path, codec)
+    tx(conn, s.add, list(docs), list(docs.values()))
+    dec = dict(zip(list(docs), s.get(conn, list(docs)), strict=True))
+    q1, q2 = queries_from(docs, np.random.default_rng(10), n=2)
+    pick = [5, 1, 399, 42]
+    for q in (q1, q2, q1):  # a new query, then the first one again
+        np.testing.assert_allclose(s.score(conn, q, pick), [maxsim(q, dec[i]) for i in pick], rtol=1e-5)
+    q1 = q1.copy()
+    s.score(conn, q1, pick)
+    q1[0] = -q1[0]  # the same array, changed in place: not the remembered query any more
+    np.testing.assert_allclose(s.score(conn, q1, pick), [maxsim(q1, dec[i]) for i in pick], rtol=1e-5)
+
+
 def test_search_deep_scores_the_head_exactly_and_estimates_the_rest(tmp_path, data):
     docs, _, codec = data
     s, conn = new_store(tmp_path, codec, nprobe=4, rerank=16)
