@@ -8,10 +8,12 @@ from dataclasses import replace
 
 import pytest
 
+from supergrep.backends.packing import pack_queries_and_documents
 from supergrep.bench.flops import ModelFlops, model_flops
 from supergrep.bench.train import (
     Variant,
     build_trainer,
+    computed_tokens,
     grid_variants,
     parse_variant,
     run_train_bench,
@@ -64,6 +66,13 @@ def test_pad_multiple_rounds_document_widths(tiny_bert_workload):
     pool = make_pool(tiny_bert_workload, 32, seed=1)
     for b in make_batches(pool, tiny_bert_workload, 8, "bucketed", packing=True, pad_multiple=16):
         assert b.d_ids.shape[1] % 16 == 0 and b.packed.ids.shape[1] % 16 == 0
+        # the trainer packs the queries into the documents' rows; the count is of those rows,
+        # which hold every real token once
+        p = pack_queries_and_documents(b.q_ids, b.q_mask, b.d_ids, b.d_mask, tiny_bert_workload.doc_cap, 0, 16)
+        useful = int(b.q_mask.sum() + b.d_mask.sum())
+        assert computed_tokens(b, tiny_bert_workload.doc_cap, 16) == p.ids.size >= useful
+        assert int((p.seg >= 0).sum()) == useful and p.gather.shape[0] == len(b.q_ids) + len(b.d_ids)
+        assert p.ids.shape[1] % 16 == 0
 
 
 def test_batches_cover_the_same_pool_in_every_mode(tiny_bert_workload):

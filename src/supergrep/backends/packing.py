@@ -68,3 +68,19 @@ def pack_documents(d_ids: np.ndarray, d_mask: np.ndarray, capacity: int, pad_id:
         pos[r, s : s + n] = np.arange(n)
         gather[i, :n] = r * width + s + np.arange(n)
     return Packed(ids, seg, pos, gather)
+
+
+def pack_queries_and_documents(q_ids: np.ndarray, q_mask: np.ndarray, d_ids: np.ndarray, d_mask: np.ndarray,
+                               capacity: int, pad_id: int, multiple: int = 8) -> Packed:
+    """Queries and documents packed together (``gather`` rows: the queries, then the documents),
+    so one encoder pass embeds both: what a packed training step runs."""
+    width = max(q_ids.shape[1], d_ids.shape[1])
+
+    def widen(a: np.ndarray, fill) -> np.ndarray:
+        out = np.full((a.shape[0], width), fill, dtype=a.dtype)
+        out[:, : a.shape[1]] = a
+        return out
+
+    ids = np.concatenate([widen(q_ids, pad_id), widen(d_ids, pad_id)])
+    mask = np.concatenate([widen(q_mask, False), widen(d_mask, False)])
+    return pack_documents(ids, mask, capacity, pad_id, multiple)

@@ -269,18 +269,10 @@ class TorchTrainer:
         of two, so half the kernel launches of a launch-bound step (docs/performance.md)."""
         if not self._packs(batch):
             return None
-        from supergrep.backends.packing import pack_documents
+        from supergrep.backends.packing import pack_queries_and_documents
 
-        width = max(batch.q_ids.shape[1], batch.d_ids.shape[1])
-
-        def widen(a: np.ndarray, fill) -> np.ndarray:
-            out = np.full((a.shape[0], width), fill, dtype=a.dtype)
-            out[:, : a.shape[1]] = a
-            return out
-
-        ids = np.concatenate([widen(batch.q_ids, self._pad_id), widen(batch.d_ids, self._pad_id)])
-        mask = np.concatenate([widen(batch.q_mask, False), widen(batch.d_mask, False)])
-        p = pack_documents(ids, mask, self.cfg.document_max_tokens, self._pad_id, self.cfg.pad_multiple)
+        p = pack_queries_and_documents(batch.q_ids, batch.q_mask, batch.d_ids, batch.d_mask,
+                                       self.cfg.document_max_tokens, self._pad_id, self.cfg.pad_multiple)
         pin = self.device.type == "cuda"
         out = []
         for a in (p.ids, p.seg, p.pos, p.gather):

@@ -309,10 +309,18 @@ def batch_flops(mf: ModelFlops, batch) -> float:
     return mf.train_step(batch.q_mask.sum(1).tolist(), batch.d_mask.sum(1).tolist())
 
 
-def computed_tokens(batch) -> int:
-    """Token positions the encoder actually runs (padding included; packed rows when packed)."""
-    docs = batch.packed.ids.size if batch.packed is not None else batch.d_ids.size
-    return int(batch.q_ids.size + docs)
+def computed_tokens(batch, doc_cap: int = 0, pad_multiple: int = 8) -> int:
+    """Token positions the encoder actually runs (padding included). Packed batches of our
+    trainer run queries and documents in one set of rows (``pack_queries_and_documents``, with
+    ``doc_cap``); the peer's get no ``packed`` and stay padded."""
+    if batch.packed is None:
+        return int(batch.q_ids.size + batch.d_ids.size)
+    if doc_cap:
+        from supergrep.backends.packing import pack_queries_and_documents
+
+        return int(pack_queries_and_documents(batch.q_ids, batch.q_mask, batch.d_ids, batch.d_mask,
+                                              doc_cap, 0, pad_multiple).ids.size)
+    return int(batch.q_ids.size + batch.packed.ids.size)
 
 
 def run_variant(wl: Workload, v: Variant, steps: int, warmup: int, mf: ModelFlops, peak: float,
@@ -356,7 +364,7 @@ def run_variant(wl: Workload, v: Variant, steps: int, warmup: int, mf: ModelFlop
     return {
         "variant": v.name, "settings": asdict(v), "device": device, "batch_size": bs, "steps": steps,
         "warmup": warmup, "seconds": seconds, "samples_per_s": steps * bs / seconds,
-        "useful_tokens_per_s": useful / seconds, "token_efficiency": useful / sum(computed_tokens(b) for b in timed),
+        "useful_tokens_per_s": useful / seconds, "token_efficiency": useful / sum(computed_tokens(b, wl.doc_cap, v.pad_multiple) for b in timed),
         "tflops": flops / seconds / 1e12, "mfu": flops / seconds / peak if peak else None,
         "peak_memory_bytes": trainer.memory()["peak_bytes"] if mlx else _peak_bytes(device, memory),
         "memory": memory.summary(), "backend": v.backend,
