@@ -273,12 +273,7 @@ class TorchTrainer:
 
         p = pack_queries_and_documents(batch.q_ids, batch.q_mask, batch.d_ids, batch.d_mask,
                                        self.cfg.document_max_tokens, self._pad_id, self.cfg.pad_multiple)
-        pin = self.device.type == "cuda"
-        out = []
-        for a in (p.ids, p.seg, p.pos, p.gather):
-            t = torch.from_numpy(a)
-            out.append((t.pin_memory() if pin else t).to(self.device, non_blocking=pin))
-        return tuple(out)
+        return self._move(p.ids, p.seg, p.pos, p.gather)
 
     @torch.no_grad()
     def _teacher_vectors(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -314,16 +309,17 @@ class TorchTrainer:
     def _loss(self, q, qm, d, dm, teacher=None) -> tuple[torch.Tensor, torch.Tensor]:
         return self.loss_fn(self.ops, q, qm, d, dm, teacher)
 
-    def _to_device(self, batch: Batch):
+    def _move(self, *arrays: np.ndarray) -> tuple[torch.Tensor, ...]:
+        """Host arrays on the device (pinned and non-blocking on CUDA)."""
         pin = self.device.type == "cuda"
-
-        def move(a: np.ndarray) -> torch.Tensor:
+        out = []
+        for a in arrays:
             t = torch.from_numpy(a)
-            if pin:
-                t = t.pin_memory()
-            return t.to(self.device, non_blocking=pin)
+            out.append((t.pin_memory() if pin else t).to(self.device, non_blocking=pin))
+        return tuple(out)
 
-        return move(batch.q_ids), move(batch.q_mask), move(batch.d_ids), move(batch.d_mask)
+    def _to_device(self, batch: Batch):
+        return self._move(batch.q_ids, batch.q_mask, batch.d_ids, batch.d_mask)
 
     def _packs(self, batch: Batch) -> bool:
         """Whether this step runs on packed rows (plain steps only; GradCache and accumulation pad)."""
@@ -335,12 +331,7 @@ class TorchTrainer:
         if not self._packs(batch):
             return None
         p = batch.packed
-        pin = self.device.type == "cuda"
-        out = []
-        for a in (p.ids, p.seg, p.pos, p.gather):
-            t = torch.from_numpy(a)
-            out.append((t.pin_memory() if pin else t).to(self.device, non_blocking=pin))
-        return tuple(out)
+        return self._move(p.ids, p.seg, p.pos, p.gather)
 
     def _backward(self, loss: torch.Tensor) -> None:
         self.scaler.scale(loss).backward()
@@ -415,20 +406,19 @@ class TorchTrainer:
         if self._cudagraphs:  # a new step: the CUDA graphs' outputs of the last one may be overwritten
             torch.compiler.cudagraph_mark_step_begin()
         tensors = self._to_device(batch)
-        joint = self.joint_packed_to_device(batch)
-        packed = None if joint is not None else self.packed_to_device(batch)
+        joint = self.joint_packed_to_device(batch)  # packed steps run queries and documents together
         while True:
             try:
                 if self.cached:
                     loss, acc = self._step_cached(*tensors)
                 else:
-                    loss, acc = self._step_plain(*tensors, packed, joint)
+                    loss, acc = self._step_plain(*tensors, None, joint)  # no docs-only packing
                 break
             except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled
                 if not (is_oom(exc) and self.cfg.dynamic_batch):
                     raise
                 self._recover_from_oom(batch)
-                packed = joint = None
+                joint = None
         self._maybe_grow()
         self._sync_gradients()
         self.optimizer_step()
