@@ -40,8 +40,10 @@ def pack(pairs: str, mined: str, out: str) -> None:
         where.setdefault(_key(r), j)
     # None: a row mine-negatives left alone (not a training row); []: a row it found nothing for.
     index = [[where[_key(n)] for n in r["negatives"]] if "negatives" in r else None for r in with_negs]
+    # `mine-negatives --teacher` also writes the teacher's scores of [positive, *negatives].
+    scores = [r.get("teacher_scores") for r in with_negs]
     with open(out, "w") as fh:
-        json.dump({"rows": len(rows), "negatives": index}, fh)
+        json.dump({"rows": len(rows), "negatives": index, **({"teacher_scores": scores} if any(scores) else {})}, fh)
     print(f"{sum(len(x) for x in index if x)} negatives of {sum(1 for x in index if x)} rows -> {out}")
 
 
@@ -50,10 +52,13 @@ def unpack(pairs: str, index_path: str, out: str) -> None:
     index = json.load(open(index_path))
     if index["rows"] != len(rows):
         raise SystemExit(f"{index_path} was packed for {index['rows']} rows, {pairs} has {len(rows)}")
+    scores = index.get("teacher_scores") or [None] * len(rows)
     with open(out, "w", encoding="utf-8") as fh:
-        for r, negs in zip(rows, index["negatives"], strict=True):
+        for r, negs, t in zip(rows, index["negatives"], scores, strict=True):
             if negs is not None:
                 r = {**r, "negatives": [_neg(rows[j]) for j in negs]}
+            if t is not None:
+                r["teacher_scores"] = t
             fh.write(json.dumps(r, ensure_ascii=False) + "\n")
     print(f"wrote {out}")
 

@@ -213,7 +213,8 @@ class DistributedTorchTrainer(TorchTrainer):
         finally:
             self._gathering = False
 
-    def _loss(self, q, qm, d, dm, teacher=None):
+    def _loss(self, q, qm, d, dm, teacher=None, listwise=None):
+        # ``listwise`` is always None here: make_distributed_trainer refuses teacher_weight.
         if not self._gathering:  # validation: each rank scores whole batches of its own
             return super()._loss(q, qm, d, dm, teacher)
         d, dm, t_docs = self._gather_documents(q.shape[0], d, dm, teacher[1] if teacher is not None else None)

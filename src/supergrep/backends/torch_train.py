@@ -306,8 +306,8 @@ class TorchTrainer:
             return None
         return self._teacher_vectors(q_ids, q_mask), self._teacher_vectors(d_ids, d_mask)
 
-    def _loss(self, q, qm, d, dm, teacher=None) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.loss_fn(self.ops, q, qm, d, dm, teacher)
+    def _loss(self, q, qm, d, dm, teacher=None, listwise=None) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.loss_fn(self.ops, q, qm, d, dm, teacher, listwise)
 
     def _move(self, *arrays: np.ndarray) -> tuple[torch.Tensor, ...]:
         """Host arrays on the device (pinned and non-blocking on CUDA)."""
@@ -336,20 +336,21 @@ class TorchTrainer:
     def _backward(self, loss: torch.Tensor) -> None:
         self.scaler.scale(loss).backward()
 
-    def _step_plain(self, q_ids, q_mask, d_ids, d_mask, packed=None, joint=None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _step_plain(self, q_ids, q_mask, d_ids, d_mask, packed=None, joint=None,
+                    listwise=None) -> tuple[torch.Tensor, torch.Tensor]:
         k = self.cfg.grad_accum_steps
         n_q = q_ids.shape[0]
         if joint is not None:  # queries and documents in one packed pass
             teacher = self._teacher(q_ids, q_mask, d_ids, d_mask)
             both = self._encode_flex(joint) if self._flex else self._encode_packed_impl(*joint)
             q, d = both[:n_q, : q_ids.shape[1]], both[n_q:, : d_ids.shape[1]]
-            loss, acc = self._loss(q, q_mask, d, d_mask, teacher)
+            loss, acc = self._loss(q, q_mask, d, d_mask, teacher, listwise)
             self._backward(loss)
             return loss.detach(), acc.detach()
         if k == 1:
             teacher = self._teacher(q_ids, q_mask, d_ids, d_mask)
             loss, acc = self._loss(self.encode(q_ids, q_mask), q_mask, self.encode_documents(d_ids, d_mask, packed),
-                                   d_mask, teacher)
+                                   d_mask, teacher, listwise)
             self._backward(loss)
             return loss.detach(), acc.detach()
         # Plain accumulation: each micro-batch only sees its own documents as negatives.
@@ -362,7 +363,8 @@ class TorchTrainer:
             sel = torch.tensor(rows + negs, device=self.device)
             teacher = self._teacher(q_ids[s : s + size], q_mask[s : s + size], d_ids[sel], d_mask[sel])
             loss, acc = self._loss(self.encode(q_ids[s : s + size], q_mask[s : s + size]), q_mask[s : s + size],
-                                   self.encode(d_ids[sel], d_mask[sel]), d_mask[sel], teacher)
+                                   self.encode(d_ids[sel], d_mask[sel]), d_mask[sel], teacher,
+                                   None if listwise is None else listwise[s : s + size])
             self._backward(loss / k)
             losses.append(loss.detach())
             accs.append(acc.detach())
@@ -382,14 +384,14 @@ class TorchTrainer:
                 rep = self.encode(ids[s : s + self.mini], mask[s : s + self.mini])
             rep.backward(grads[s : s + self.mini])
 
-    def _step_cached(self, q_ids, q_mask, d_ids, d_mask) -> tuple[torch.Tensor, torch.Tensor]:
+    def _step_cached(self, q_ids, q_mask, d_ids, d_mask, listwise=None) -> tuple[torch.Tensor, torch.Tensor]:
         teacher = self._teacher(q_ids, q_mask, d_ids, d_mask)
         q, q_states = self._embed_cached(q_ids, q_mask)  # (n_q, q_len, dim), no graph
         d, d_states = self._embed_cached(d_ids, d_mask)
         after = _RandState(self.device)  # where an uninterrupted RNG stream would continue
         q.requires_grad_(True)
         d.requires_grad_(True)
-        loss, acc = self._loss(q, q_mask, d, d_mask, teacher)
+        loss, acc = self._loss(q, q_mask, d, d_mask, teacher, listwise)
         self._backward(loss)  # gradients w.r.t. the embeddings only
         q_grad, d_grad = q.grad, d.grad
         self._replay_backward(q_ids, q_mask, q_grad, q_states)
@@ -407,12 +409,14 @@ class TorchTrainer:
             torch.compiler.cudagraph_mark_step_begin()
         tensors = self._to_device(batch)
         joint = self.joint_packed_to_device(batch)  # packed steps run queries and documents together
+        t_scores = getattr(batch, "t_scores", None)
+        listwise = self._move(t_scores)[0] if t_scores is not None else None
         while True:
             try:
                 if self.cached:
-                    loss, acc = self._step_cached(*tensors)
+                    loss, acc = self._step_cached(*tensors, listwise)
                 else:
-                    loss, acc = self._step_plain(*tensors, None, joint)  # no docs-only packing
+                    loss, acc = self._step_plain(*tensors, None, joint, listwise)  # no docs-only packing
                 break
             except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled
                 if not (is_oom(exc) and self.cfg.dynamic_batch):

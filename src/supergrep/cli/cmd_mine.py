@@ -132,20 +132,45 @@ def mine_cmd(paths: tuple[Path, ...], output: Path, exclude: tuple[str, ...], no
               help="BM25 hits to skip before choosing (a guard against near-copies of the answer).")
 @click.option("-j", "--jobs", type=click.IntRange(0), default=0, show_default=True,
               help="Worker processes (0: one per CPU core).")
+@click.option("--teacher", "teacher", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Mine with this model (MaxSim) instead of BM25, and write its scores as 'teacher_scores' "
+                   "for `train` with teacher_weight > 0.")
+@click.option("--pool", type=click.IntRange(2), default=1024, show_default=True,
+              help="With --teacher: training rows (same language first) each query is ranked against.")
+@click.option("--max-relative", type=click.FloatRange(0, 1, min_open=True), default=0.95, show_default=True,
+              help="With --teacher: skip candidates scoring above this share of the positive's score "
+                   "(likely unlabelled answers).")
 @click.option("--json", "as_json", is_flag=True, help="Print the run's statistics as one JSON object.")
 @common_options(model_path=False)
-def mine_negatives_cmd(pairs: Path, output: Path, per_query: int, skip_top: int, jobs: int, as_json: bool,
-                       opts: Options) -> None:
-    """Add BM25 hard negatives to the training rows of a pairs file (`train` with
-    hard_negatives: true uses them).
+def mine_negatives_cmd(pairs: Path, output: Path, per_query: int, skip_top: int, jobs: int, teacher: Path | None,
+                       pool: int, max_relative: float, as_json: bool, opts: Options) -> None:
+    """Add hard negatives to the training rows of a pairs file (`train` with
+    hard_negatives: true uses them): BM25's, or a teacher model's with its scores.
 
-    A negative is same-language training code that BM25 ranks high for the query but is not
-    the answer (never the code itself, a whitespace-equal copy, a same-named symbol, or code
-    with the same docstring summary). Validation rows are copied unchanged and are never
-    negatives.
+    A negative is same-language training code ranked high for the query that is not the
+    answer (never the code itself, a whitespace-equal copy, a same-named symbol, or code with
+    the same docstring summary; with --teacher, nor code scoring above --max-relative of the
+    answer). Validation rows are copied unchanged and are never negatives.
 
         supergrep mine-negatives pairs.jsonl -o pairs-hn.jsonl --per-query 1
+        supergrep mine-negatives pairs.jsonl -o pairs-kd.jsonl --per-query 3 --teacher models/all-mpnet-base-v2
     """
+    if teacher is not None:
+        from supergrep.train.teacher import mine_with_teacher
+
+        t = mine_with_teacher(pairs, output, str(teacher), per_query=per_query, pool=pool,
+                              max_relative=max_relative, device=opts.device or "auto",
+                              progress=None if as_json else (lambda m: click.echo(m, err=True)))
+        if as_json:
+            echo_json(t.to_dict())
+            return
+        click.echo(f"{t.negatives} negatives for {t.with_negatives} of {t.train_rows} training rows by {t.teacher} "
+                   f"on {t.device} ({t.no_match} without, {t.above_threshold} above --max-relative) in "
+                   f"{t.seconds:.1f} s -> {t.output}")
+        click.echo(f"  teacher: own code first in its pool for {t.teacher_p_at_1:.3f} of queries; mean score "
+                   f"positive {t.mean_positive:.3f}, negative {t.mean_negative:.3f}")
+        click.echo(f"  by language: {_counts(t.by_language)}")
+        return
     from supergrep.train.negatives import mine_negatives
 
     stats = mine_negatives(pairs, output, per_query=per_query, skip_top=skip_top, workers=jobs)

@@ -6,6 +6,7 @@ is trained on exactly what it will later embed.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +45,7 @@ class Pair:
     split: str = ""
     negatives: tuple[Pair, ...] = field(default=())  # hard negatives: code (+ path, symbol, docstring), no query
     docstring: str = ""  # the full cleaned docstring the query's summary came from
+    teacher_scores: tuple[float, ...] = ()  # a teacher's MaxSim of the query vs [code, *negatives]
 
     def document(self) -> str:
         return code_document(self.code, self.path, self.symbol, self.language)
@@ -58,6 +60,16 @@ def _negative(obj: object, where: str) -> Pair:
         return Pair("", obj["code"], str(obj.get("path", "")), str(obj.get("symbol", "")),
                     str(obj.get("language", "")), docstring=str(obj.get("docstring", "") or ""))
     raise InputError(f"{where}: each of 'negatives' must be a code string or an object with 'code'")
+
+
+def _teacher_scores(value: object, n_neg: int, where: str) -> tuple[float, ...]:
+    if value is None:
+        return ()
+    if (not isinstance(value, list) or len(value) != 1 + n_neg
+            or not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in value)):
+        raise InputError(f"{where}: 'teacher_scores' must be a list of {1 + n_neg} finite numbers (the positive's, "
+                         f"then one per negative); re-run `supergrep mine-negatives --teacher`")
+    return tuple(float(v) for v in value)
 
 
 def load_pairs(path: str | Path, split: str | None = None, strict_split: bool = False) -> list[Pair]:
@@ -83,5 +95,6 @@ def load_pairs(path: str | Path, split: str | None = None, strict_split: bool = 
             raise InputError(f"{where}: 'negatives' must be a list")
         pairs.append(Pair(obj["query"], obj["code"], str(obj.get("path", "")), str(obj.get("symbol", "")),
                           str(obj.get("language", "")), str(obj.get("repo", "")), row_split,
-                          tuple(_negative(n, where) for n in negs), str(obj.get("docstring", "") or "")))
+                          tuple(_negative(n, where) for n in negs), str(obj.get("docstring", "") or ""),
+                          _teacher_scores(obj.get("teacher_scores"), len(negs), where)))
     return pairs

@@ -63,6 +63,8 @@ class TrainConfig:
     margin_weight: float = _f(0.1, "Weight of the margin loss added to InfoNCE.")
     distill_weight: float = _f(0.0, "Weight of a KL term keeping the in-batch score distribution close to the frozen base model's (no LoRA, no projection): anchors what the base did well, e.g. matching prose.")
     distill_temperature: float = _f(0.05, "Temperature of the distillation softmaxes (teacher and student).")
+    teacher_weight: float = _f(0.0, "Weight of a listwise KL term to each row's precomputed 'teacher_scores' (a stronger model's MaxSim over [positive, *negatives], written by `supergrep mine-negatives --teacher MODEL`); needs hard_negatives. backend torch, one process.")
+    teacher_temperature: float = _f(0.05, "Temperature of the listwise teacher softmaxes (teacher and student scores alike).")
     cached_contrastive: bool = _f(False, "GradCache: embed the whole batch in mini-batches without a graph, then backprop through the loss mini-batch by mini-batch, so all batch_size negatives fit in small memory.")
     mini_batch_size: int = _f(16, "Mini-batch size of cached_contrastive (and of OOM recovery).")
     # -- speed ------------------------------------------------------------------------------
@@ -112,6 +114,12 @@ class TrainConfig:
             problems.append("packing needs attn_implementation sdpa or flex (its block-diagonal mask)")
         if self.attn_implementation == "flex" and not self.packing:
             problems.append("attn_implementation flex needs packing: true (it runs on packed rows)")
+        if self.teacher_weight < 0 or not self.teacher_temperature > 0:
+            problems.append("teacher_weight must be >= 0 and teacher_temperature > 0")
+        if self.teacher_weight and not self.hard_negatives:
+            problems.append("teacher_weight needs hard_negatives: true (the teacher scored each row's negatives)")
+        if self.teacher_weight and self.backend != "torch":
+            problems.append("teacher_weight needs backend torch")
         if self.max_steps <= 0 and self.epochs <= 0:
             problems.append("set epochs > 0 or max_steps > 0")
         if self.qat_bits not in (0, 4, 8):

@@ -28,8 +28,9 @@ from supergrep.config import supergrep_home
 from supergrep.corpus.documents import Pair
 from supergrep.encoder.spec import ModelSpec
 from supergrep.encoder.tokenize import RoleTokenizer
+from supergrep.errors import InputError
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: teacher scores (t_scores.npy)
 
 
 def _sha256_file(path: Path) -> str:
@@ -59,6 +60,7 @@ class TokenCache:
     n_ids: np.ndarray  # hard-negative documents, flat
     n_off: np.ndarray  # offsets into n_ids per negative document
     n_of: np.ndarray  # (n_pairs + 1,) offsets into the negative documents per pair
+    t_scores: np.ndarray  # (n_pairs, 1 + n_neg) float32 teacher scores, or (n_pairs, 0) without
 
     def __len__(self) -> int:
         return len(self.q_off) - 1
@@ -75,7 +77,7 @@ class TokenCache:
     def doc_lengths(self) -> np.ndarray:
         return np.diff(self.d_off)
 
-    NAMES = ("q_ids", "q_off", "d_ids", "d_off", "n_ids", "n_off", "n_of")
+    NAMES = ("q_ids", "q_off", "d_ids", "d_off", "n_ids", "n_off", "n_of", "t_scores")
 
     @classmethod
     def build(cls, pairs: list[Pair], tokenizer: RoleTokenizer) -> TokenCache:
@@ -85,7 +87,7 @@ class TokenCache:
         n_ids, n_off = _pack(tokenizer(negs, "document") if negs else [])
         n_of = np.zeros(len(pairs) + 1, dtype=np.int64)
         np.cumsum([len(p.negatives) for p in pairs], out=n_of[1:])
-        return cls(q_ids, q_off, d_ids, d_off, n_ids, n_off, n_of)
+        return cls(q_ids, q_off, d_ids, d_off, n_ids, n_off, n_of, _teacher_matrix(pairs))
 
     def save(self, directory: Path) -> None:
         tmp = directory.with_name(f".{directory.name}.{os.getpid()}.tmp")
@@ -108,6 +110,19 @@ class TokenCache:
         except (OSError, ValueError):
             return None
         return cls(**arrays)
+
+
+def _teacher_matrix(pairs: list[Pair]) -> np.ndarray:
+    """(n, 1 + n_neg) teacher scores when every pair has them for the same number of negatives
+    (the listwise loss pairs row i's scores with its own documents), else (n, 0)."""
+    widths = {len(p.teacher_scores) for p in pairs}
+    if widths == {0} or not pairs:
+        return np.zeros((len(pairs), 0), dtype=np.float32)
+    if len(widths) > 1:
+        raise InputError(f"teacher scores: the training rows score lists of different lengths {sorted(widths)} "
+                         f"(0 = none); every row needs the positive's and the same number of negatives' "
+                         f"(re-run `supergrep mine-negatives --teacher`)")
+    return np.array([p.teacher_scores for p in pairs], dtype=np.float32)
 
 
 def cached_tokens(pairs: list[Pair], source: Path | None, spec: ModelSpec, tokenizer: RoleTokenizer,
@@ -165,6 +180,8 @@ class Batch:
             the hard negatives.
         epoch, index: Where in the data this batch is (for exact resume).
         packed: The documents packed into rows (``packing: true``), else None.
+        t_scores: (batch, 1 + n_negatives) precomputed teacher scores of each row's own
+            documents, when the data has them and negatives are used, else None.
     """
 
     q_ids: np.ndarray
@@ -174,6 +191,7 @@ class Batch:
     epoch: int
     index: int
     packed: Packed | None = None
+    t_scores: np.ndarray | None = None
 
     @property
     def n_tokens(self) -> int:
@@ -210,7 +228,8 @@ def collate(cache: TokenCache, rows: np.ndarray, tokenizer: RoleTokenizer, query
         docs += [n for i in rows for n in cache.negatives(int(i))]
     d_ids, d_mask = _pad(docs, tokenizer.pad_id, pad_multiple, widths[1] if widths else None)
     packed = pack_documents(d_ids, d_mask, pack_to, tokenizer.pad_id, pad_multiple) if pack_to else None
-    return Batch(q_ids, q_mask, d_ids, d_mask, epoch, index, packed)
+    t_scores = np.ascontiguousarray(cache.t_scores[rows]) if use_negatives and cache.t_scores.shape[1] else None
+    return Batch(q_ids, q_mask, d_ids, d_mask, epoch, index, packed, t_scores)
 
 
 class Prefetcher:

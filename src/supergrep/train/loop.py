@@ -120,9 +120,13 @@ def base_reference(spec: ModelSpec) -> str:
     return str(spec.path.resolve())
 
 
+def _objective(cfg: TrainConfig):
+    return contrastive_loss(cfg.temperature, cfg.margin, cfg.margin_weight, cfg.distill_weight,
+                            cfg.distill_temperature, cfg.teacher_weight, cfg.teacher_temperature)
+
+
 def make_trainer(cfg: TrainConfig, spec: ModelSpec, lora: LoRAConfig):
-    loss = contrastive_loss(cfg.temperature, cfg.margin, cfg.margin_weight, cfg.distill_weight,
-                            cfg.distill_temperature)
+    loss = _objective(cfg)
     if cfg.backend == "torch":
         from supergrep.backends.torch_train import TorchTrainer
 
@@ -174,13 +178,13 @@ def _load_data(cfg: TrainConfig, spec: ModelSpec, tokenizer: RoleTokenizer) -> t
         keep = np.sort(np.random.default_rng(cfg.seed).choice(len(train), cfg.max_pairs, replace=False))
         train = [train[i] for i in keep]
     if not cfg.hard_negatives:
-        train = [dataclasses.replace(p, negatives=()) for p in train]
+        train = [dataclasses.replace(p, negatives=(), teacher_scores=()) for p in train]
     train = augment_pairs(train, cfg)
     if len(train) < cfg.batch_size:
         raise InputError(f"{train_path} has {len(train)} training pairs, fewer than batch_size {cfg.batch_size}")
     val_path = Path(cfg.val_file) if cfg.val_file else train_path
     val = load_pairs(val_path, split="val", strict_split=not cfg.val_file)
-    val = [dataclasses.replace(p, negatives=()) for p in val]
+    val = [dataclasses.replace(p, negatives=(), teacher_scores=()) for p in val]
     train_cache = cached_tokens(train, train_path, spec, tokenizer,
                                 f"train|{cfg.max_pairs}|{cfg.seed}|{cfg.hard_negatives}|"
                                 f"{cfg.query_identifier_dropout}|{cfg.document_header_dropout}|"
@@ -193,8 +197,9 @@ def make_distributed_trainer(cfg: TrainConfig, spec: ModelSpec, lora: LoRAConfig
     """One rank's trainer of a torchrun job (torch only: ``start_collective`` refuses others)."""
     from supergrep.backends.torch_dist import DistributedTorchTrainer
 
-    loss = contrastive_loss(cfg.temperature, cfg.margin, cfg.margin_weight, cfg.distill_weight,
-                            cfg.distill_temperature)
+    if cfg.teacher_weight:  # the rank's in-batch columns are the gathered world's, not collate's layout
+        raise UsageError("teacher_weight runs in one process; train without torchrun, or set teacher_weight: 0")
+    loss = _objective(cfg)
     return DistributedTorchTrainer(spec, cfg, lora, loss, collective)
 
 

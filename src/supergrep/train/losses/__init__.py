@@ -6,25 +6,28 @@ backend passes its tensors together with its ``ops`` (see ``supergrep.train.ops`
 
 from typing import Any
 
-from supergrep.train.losses.distill import Distill, distill_loss
+from supergrep.train.losses.distill import Distill, distill_loss, listwise_loss, own_scores
 from supergrep.train.losses.infonce import InfoNCE, infonce_loss
 from supergrep.train.losses.margin import Margin, margin_loss
 from supergrep.train.losses.maxsim import maxsim_scores
 
-__all__ = ["Distill", "InfoNCE", "Margin", "contrastive_loss", "distill_loss", "infonce_loss", "margin_loss",
-           "maxsim_scores"]
+__all__ = ["Distill", "InfoNCE", "Margin", "contrastive_loss", "distill_loss", "infonce_loss", "listwise_loss",
+           "margin_loss", "maxsim_scores", "own_scores"]
 
 
 def contrastive_loss(temperature: float = 0.07, margin: float = 0.2, margin_weight: float = 0.1,
-                     distill_weight: float = 0.0, distill_temperature: float = 0.05):
+                     distill_weight: float = 0.0, distill_temperature: float = 0.05,
+                     teacher_weight: float = 0.0, teacher_temperature: float = 0.05):
     """The training objective: InfoNCE over MaxSim + ``margin_weight`` * margin loss
-    (+ ``distill_weight`` * KL to a teacher's scores, when the trainer passes them).
+    (+ ``distill_weight`` * KL to a teacher's scores, when the trainer passes them)
+    (+ ``teacher_weight`` * listwise KL to precomputed teacher scores, when the batch has them).
 
     Returns:
-        ``fn(ops, q, q_mask, d, d_mask, teacher=None) -> (loss, accuracy)``, where accuracy is
-        the share of queries whose own document scores highest in the batch and ``teacher`` is
-        the teacher's (query vectors, document vectors) for the same batch (same masks).
-        ``fn.needs_teacher`` tells the trainer to compute them.
+        ``fn(ops, q, q_mask, d, d_mask, teacher=None, listwise=None) -> (loss, accuracy)``,
+        where accuracy is the share of queries whose own document scores highest in the batch,
+        ``teacher`` is the frozen base's (query vectors, document vectors) for the same batch
+        (same masks) and ``listwise`` the rows' (n_q, 1 + n_neg) precomputed teacher scores.
+        ``fn.needs_teacher`` tells the trainer to compute the former.
 
     >>> import numpy as np
     >>> from supergrep.train.ops import NumpyOps
@@ -35,25 +38,28 @@ def contrastive_loss(temperature: float = 0.07, margin: float = 0.2, margin_weig
     (0.3133, 1.0)
     """
     info, marg, dist = InfoNCE(temperature), Margin(margin), Distill(distill_temperature)
+    lw = Distill(teacher_temperature)
 
-    def from_scores(ops: Any, scores: Any, t_scores: Any = None):
-        """The loss and accuracy from (n_q, n_d) MaxSim scores (and the teacher's)."""
+    def from_scores(ops: Any, scores: Any, t_scores: Any = None, listwise: Any = None):
+        """The loss and accuracy from (n_q, n_d) MaxSim scores (and the teachers')."""
         loss = infonce_loss(ops, scores, info)
         if margin_weight:
             loss = loss + margin_weight * margin_loss(ops, scores, marg)
         if distill_weight and t_scores is not None:
             loss = loss + distill_weight * distill_loss(ops, scores, t_scores, dist)
+        if teacher_weight and listwise is not None:
+            loss = loss + teacher_weight * listwise_loss(ops, scores, listwise, lw)
         n_q = ops.shape(scores)[0]
         positive = ops.diagonal(scores)[:n_q]
         acc = ops.mean(ops.astype_float(positive >= ops.max(scores, axis=1)))
         return loss, acc
 
-    def fn(ops: Any, q: Any, q_mask: Any, d: Any, d_mask: Any, teacher: Any = None):
+    def fn(ops: Any, q: Any, q_mask: Any, d: Any, d_mask: Any, teacher: Any = None, listwise: Any = None):
         scores = maxsim_scores(ops, q, q_mask, d, d_mask)  # (n_q, n_d)
         t_scores = None
         if distill_weight and teacher is not None:
             t_scores = maxsim_scores(ops, teacher[0], q_mask, teacher[1], d_mask)  # (n_q, n_d)
-        return from_scores(ops, scores, t_scores)
+        return from_scores(ops, scores, t_scores, listwise)
 
     fn.needs_teacher = bool(distill_weight)  # type: ignore[attr-defined]
     fn.from_scores = from_scores  # type: ignore[attr-defined]  # the profiler times MaxSim and the loss apart
