@@ -138,11 +138,12 @@ def test_teacher_weight_needs_negatives_and_torch(tiny_model, pairs_file, tmp_pa
 
 
 def test_the_step_adds_exactly_the_listwise_term(mined, tiny_model, tmp_path):
+    from test_trainer import cfg_for
+
     from supergrep.backends.adapters import LoRAConfig
     from supergrep.encoder.tokenize import RoleTokenizer
     from supergrep.train.data import bucket_batches, cached_tokens, collate
     from supergrep.train.loop import make_trainer, training_spec
-    from test_trainer import cfg_for
 
     out, _ = mined
     losses = {}
