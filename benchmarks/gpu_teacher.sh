@@ -7,6 +7,9 @@
 #   bash benchmarks/gpu_teacher.sh carry .gpu/mpb     # carry [".gpu/mpb"], then mpc, mpd
 #   bash benchmarks/gpu_teacher.sh mine               # carry [".gpu/kd", ".gpu/minilm-fp16", ".gpu/d128"]
 #   bash benchmarks/gpu_teacher.sh train              # no carry: runs on what `mine` left in /tmp/w
+#   bash benchmarks/gpu_teacher.sh prepare && bash benchmarks/gpu_teacher.sh train
+#                                  # a fresh machine, no mpnet: carry [".gpu/kd", ".gpu/minilm-fp16", ".gpu/d128"];
+#                                  # the mined file is rebuilt from the committed kd-index.json.gz
 #
 # Local preparation: mpnet's weights in fp16 split by `split -b 53M` into .gpu/mp{a,b,c,d}/piece.N
 # (.gpu/mpa also holds meta.tar = the model directory without weights, and sha256 of the whole
@@ -34,9 +37,9 @@ mine)
   cat $MP/parts/piece.* > $MP/model.safetensors
   echo "$(cat $MP/sha256)  $MP/model.safetensors" | sha256sum -c - || exit 3
   rm -rf $MP/parts
-  python3 -m pip install -q --no-deps --target /tmp/site .gpu/kd/*.whl
+  python3 -m pip install -q --no-deps --target /tmp/site ${KD:-.gpu/kd}/*.whl
   mkdir -p $W/models && cp -r .gpu/minilm-fp16 .gpu/d128 $W/models/
-  xz -dc .gpu/kd/pairs.jsonl.xz > $W/pairs.jsonl
+  xz -dc ${KD:-.gpu/kd}/pairs.jsonl.xz > $W/pairs.jsonl
   export PYTHONPATH=$PWD/src:/tmp/site SUPERGREP_HOME=/tmp/sg PYTHONUNBUFFERED=1
   nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee $W/gpu.txt
   python3 -m supergrep mine-negatives $W/pairs.jsonl -o $W/pairs-kd.jsonl --per-query ${PER_QUERY:-3} \
@@ -46,6 +49,14 @@ mine)
   gzip -c $W/kd-index.json > "$OUT/kd-index.json.gz"
   cp $W/mine.json $W/gpu.txt "$OUT/"
   ls -la "$OUT"
+  ;;
+prepare)
+  python3 -m pip install -q --no-deps --target /tmp/site ${KD:-.gpu/kd}/*.whl
+  mkdir -p $W/models && cp -r .gpu/minilm-fp16 .gpu/d128 $W/models/
+  xz -dc ${KD:-.gpu/kd}/pairs.jsonl.xz > $W/pairs.jsonl
+  gzip -dc benchmarks/results/gpu-h100-2026-11-22-kd/kd-index.json.gz > $W/kd-index.json
+  python3 benchmarks/hn_pack.py unpack $W/pairs.jsonl $W/kd-index.json -o $W/pairs-kd.jsonl
+  nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee $W/gpu.txt
   ;;
 train)
   . benchmarks/pack_runs.sh

@@ -183,3 +183,19 @@ def test_training_runs_end_to_end_on_teacher_data(mined, tiny_model, tmp_path):
     r = run_main(["train", "--config", str(cfg)])
     assert r.exit_code == 0, r.output
     assert (tmp_path / "run" / "step_0000003").is_dir()
+
+
+def test_infonce_weight_zero_trains_on_the_teachers_scores_alone():
+    from supergrep.train.losses import contrastive_loss
+
+    rng = np.random.default_rng(1)
+    q, d = rng.normal(size=(3, 2, 4)), rng.normal(size=(6, 5, 4))  # 3 queries, 1 negative each
+    qm, dm = np.ones((3, 2), bool), np.ones((6, 5), bool)
+    t = rng.normal(size=(3, 2))
+    only = contrastive_loss(0.07, 0.2, 0.0, teacher_weight=1.0, teacher_temperature=0.1, infonce_weight=0.0)
+    from supergrep.train.losses import maxsim_scores
+
+    want = listwise_loss(NumpyOps(), maxsim_scores(NumpyOps(), q, qm, d, dm), t, Distill(0.1))
+    assert float(only(NumpyOps(), q, qm, d, dm, None, t)[0]) == pytest.approx(float(want))
+    both = contrastive_loss(0.07, 0.2, 0.0, teacher_weight=1.0, teacher_temperature=0.1)
+    assert float(both(NumpyOps(), q, qm, d, dm, None, t)[0]) > float(want)  # + InfoNCE

@@ -59,6 +59,7 @@ class TrainConfig:
     max_grad_norm: float = _f(1.0, "Gradient clipping norm (0: off).")
     # -- loss -------------------------------------------------------------------------------
     temperature: float = _f(0.07, "InfoNCE temperature over mean-over-query-tokens MaxSim scores.")
+    infonce_weight: float = _f(1.0, "Weight of InfoNCE (the docstring -> code labels); 0 with margin_weight 0 and teacher_weight > 0 trains on the teacher's scores alone (validation rows carry no teacher scores, so val_loss is then 0: compare val_acc).")
     margin: float = _f(0.2, "Margin between the positive and the hardest negative score.")
     margin_weight: float = _f(0.1, "Weight of the margin loss added to InfoNCE.")
     distill_weight: float = _f(0.0, "Weight of a KL term keeping the in-batch score distribution close to the frozen base model's (no LoRA, no projection): anchors what the base did well, e.g. matching prose.")
@@ -114,6 +115,10 @@ class TrainConfig:
             problems.append("packing needs attn_implementation sdpa or flex (its block-diagonal mask)")
         if self.attn_implementation == "flex" and not self.packing:
             problems.append("attn_implementation flex needs packing: true (it runs on packed rows)")
+        if self.infonce_weight < 0:
+            problems.append("infonce_weight must be >= 0")
+        if not (self.infonce_weight or self.margin_weight or self.teacher_weight or self.distill_weight):
+            problems.append("every loss weight is 0: nothing to train on")
         if self.teacher_weight < 0 or not self.teacher_temperature > 0:
             problems.append("teacher_weight must be >= 0 and teacher_temperature > 0")
         if self.teacher_weight and not self.hard_negatives:

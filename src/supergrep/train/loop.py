@@ -122,7 +122,7 @@ def base_reference(spec: ModelSpec) -> str:
 
 def _objective(cfg: TrainConfig):
     return contrastive_loss(cfg.temperature, cfg.margin, cfg.margin_weight, cfg.distill_weight,
-                            cfg.distill_temperature, cfg.teacher_weight, cfg.teacher_temperature)
+                            cfg.distill_temperature, cfg.teacher_weight, cfg.teacher_temperature, cfg.infonce_weight)
 
 
 def make_trainer(cfg: TrainConfig, spec: ModelSpec, lora: LoRAConfig):

@@ -17,8 +17,8 @@ __all__ = ["Distill", "InfoNCE", "Margin", "contrastive_loss", "distill_loss", "
 
 def contrastive_loss(temperature: float = 0.07, margin: float = 0.2, margin_weight: float = 0.1,
                      distill_weight: float = 0.0, distill_temperature: float = 0.05,
-                     teacher_weight: float = 0.0, teacher_temperature: float = 0.05):
-    """The training objective: InfoNCE over MaxSim + ``margin_weight`` * margin loss
+                     teacher_weight: float = 0.0, teacher_temperature: float = 0.05, infonce_weight: float = 1.0):
+    """The training objective: ``infonce_weight`` * InfoNCE over MaxSim + ``margin_weight`` * margin loss
     (+ ``distill_weight`` * KL to a teacher's scores, when the trainer passes them)
     (+ ``teacher_weight`` * listwise KL to precomputed teacher scores, when the batch has them).
 
@@ -42,7 +42,7 @@ def contrastive_loss(temperature: float = 0.07, margin: float = 0.2, margin_weig
 
     def from_scores(ops: Any, scores: Any, t_scores: Any = None, listwise: Any = None):
         """The loss and accuracy from (n_q, n_d) MaxSim scores (and the teachers')."""
-        loss = infonce_loss(ops, scores, info)
+        loss = infonce_loss(ops, scores, info) * infonce_weight
         if margin_weight:
             loss = loss + margin_weight * margin_loss(ops, scores, marg)
         if distill_weight and t_scores is not None:
