@@ -110,7 +110,8 @@ def _sample(cfg: DistillConfig) -> tuple[list[Pair], list[Pair]]:
     return sorted(train, key=key), sorted(val, key=key)
 
 
-def _pad(vectors: list[np.ndarray], torch, device):
+def pad_vectors(vectors: list[np.ndarray], torch, device):
+    """Variable-length (n_tokens, dim) arrays as one zero-padded tensor and its mask, on ``device``."""
     width = max(1, max(len(v) for v in vectors))
     out = torch.zeros(len(vectors), width, vectors[0].shape[1], dtype=torch.float32)
     mask = torch.zeros(len(vectors), width, dtype=torch.bool)
@@ -124,7 +125,7 @@ def _encode(encoder, pairs: list[Pair], torch, device):
     """(queries, query mask, documents, document mask) as padded tensors on ``device``."""
     q = encoder.encode_queries([p.query for p in pairs])
     d = encoder.encode_documents([p.document() for p in pairs])
-    return (*_pad(q, torch, device), *_pad(d, torch, device))
+    return (*pad_vectors(q, torch, device), *pad_vectors(d, torch, device))
 
 
 def _project(x, w, torch):

@@ -61,6 +61,21 @@ def _last_name(symbol: str) -> str:
     return re.split(r"[.:#/]+", symbol.strip())[-1].lower() if symbol else ""
 
 
+def read_rows(pairs_path: str | Path, split: str) -> tuple[list[dict], list[int], list[tuple[str, str, str, str]]]:
+    """The pairs file's rows as written (every field kept), the indices of ``split`` rows (rows
+    without a split count as it), and each row's (language, query, code key, last symbol name):
+    what the exclusions compare."""
+    rows: list[dict] = []
+    for where, obj in read_jsonl(pairs_path, "pairs file"):
+        if not isinstance(obj.get("query"), str) or not isinstance(obj.get("code"), str):
+            raise InputError(f"{where}: each row needs string 'query' and 'code'")
+        rows.append(obj)
+    train = [i for i, r in enumerate(rows) if str(r.get("split", "") or split) == split]
+    facts = [(str(r.get("language", "")), r["query"], _code_key(r["code"]), _last_name(str(r.get("symbol", ""))))
+             for r in rows]
+    return rows, train, facts
+
+
 def _table(language: str) -> str:
     return "fts_" + (re.sub(r"[^a-z0-9]", "_", language.lower()) or "none")
 
@@ -145,14 +160,7 @@ def mine_negatives(pairs_path: str | Path, output: str | Path, per_query: int = 
     if per_query < 1:
         raise InputError("--per-query must be at least 1")
     t0 = time.perf_counter()
-    rows: list[dict] = []
-    for where, obj in read_jsonl(pairs_path, "pairs file"):
-        if not isinstance(obj.get("query"), str) or not isinstance(obj.get("code"), str):
-            raise InputError(f"{where}: each row needs string 'query' and 'code'")
-        rows.append(obj)
-    train = [i for i, r in enumerate(rows) if str(r.get("split", "") or split) == split]
-    facts = [(str(r.get("language", "")), r["query"], _code_key(r["code"]), _last_name(str(r.get("symbol", ""))))
-             for r in rows]
+    rows, train, facts = read_rows(pairs_path, split)
     stats = NegativeStats(rows=len(rows), train_rows=len(train), output=str(output))
     with tempfile.TemporaryDirectory(prefix="sg-negatives-") as tmp:
         db = Path(tmp) / "bm25.sqlite"

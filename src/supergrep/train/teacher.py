@@ -31,8 +31,8 @@ import numpy as np
 from supergrep.corpus.documents import code_document
 from supergrep.corpus.mine import AtomicJsonl
 from supergrep.errors import InputError
-from supergrep.jsonl import read_jsonl
-from supergrep.train.negatives import _code_key, _last_name
+from supergrep.train.distill import pad_vectors
+from supergrep.train.negatives import read_rows
 
 _NEG_KEYS = ("code", "path", "symbol", "language", "docstring")
 
@@ -71,16 +71,6 @@ def _pools(train: list[int], rows: list[dict], size: int, per_query: int, seed: 
     if len(pools) > 1 and len(pools[-1]) <= per_query:
         pools[-2:] = [pools[-2] + pools[-1]]
     return pools
-
-
-def _pad(vectors: list[np.ndarray], torch, device):
-    width = max(1, max(len(v) for v in vectors))
-    out = torch.zeros(len(vectors), width, vectors[0].shape[1], dtype=torch.float32)
-    mask = torch.zeros(len(vectors), width, dtype=torch.bool)
-    for i, v in enumerate(vectors):
-        out[i, : len(v)] = torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32))
-        mask[i, : len(v)] = True
-    return out.to(device), mask.to(device)
 
 
 def _choose(me: int, ranked: np.ndarray, scores: np.ndarray, pool: list[int], facts: list[tuple],
@@ -131,16 +121,9 @@ def mine_with_teacher(pairs_path: str | Path, output: str | Path, teacher: str, 
         raise InputError(f"--max-relative must be in (0, 1], got {max_relative}")
     say = progress or (lambda msg: None)
     t0 = time.perf_counter()
-    rows: list[dict] = []
-    for where, obj in read_jsonl(pairs_path, "pairs file"):
-        if not isinstance(obj.get("query"), str) or not isinstance(obj.get("code"), str):
-            raise InputError(f"{where}: each row needs string 'query' and 'code'")
-        rows.append(obj)
-    train = [i for i, r in enumerate(rows) if str(r.get("split", "") or split) == split]
+    rows, train, facts = read_rows(pairs_path, split)
     if len(train) <= per_query:
         raise InputError(f"{pairs_path}: {len(train)} '{split}' rows; the teacher needs more than --per-query")
-    facts = [(str(r.get("language", "")), r["query"], _code_key(r["code"]), _last_name(str(r.get("symbol", ""))))
-             for r in rows]
     spec = resolve_model(teacher)
     dev = pick_device(device)
     ops = TorchOps(dev)
@@ -155,8 +138,8 @@ def mine_with_teacher(pairs_path: str | Path, output: str | Path, teacher: str, 
         t1 = time.perf_counter()
         docs = [code_document(rows[i]["code"], str(rows[i].get("path", "")), str(rows[i].get("symbol", "")),
                               str(rows[i].get("language", ""))) for i in members]
-        q, qm = _pad(encoder.encode_queries([rows[i]["query"] for i in members]), torch, dev)
-        d, dm = _pad(encoder.encode_documents(docs), torch, dev)
+        q, qm = pad_vectors(encoder.encode_queries([rows[i]["query"] for i in members]), torch, dev)
+        d, dm = pad_vectors(encoder.encode_documents(docs), torch, dev)
         t2 = time.perf_counter()
         with torch.no_grad():
             scores = torch.cat([maxsim_scores(ops, q[a : a + query_block], qm[a : a + query_block], d, dm)
