@@ -28,6 +28,7 @@ shift
 case $phase in
 carry)
   for d in "$@"; do
+    if [ "$d" = .gpu/py ]; then mkdir -p /tmp/py && cp .gpu/py/* /tmp/py/; continue; fi
     cp "$d"/piece.* $MP/parts/
     if [ -f "$d/meta.tar" ]; then tar xf "$d/meta.tar" -C $MP && cp "$d/sha256" $MP/; fi
   done
@@ -57,6 +58,22 @@ prepare)
   gzip -dc benchmarks/results/gpu-h100-2026-11-22-kd/kd-index.json.gz > $W/kd-index.json
   python3 benchmarks/hn_pack.py unpack $W/pairs.jsonl $W/kd-index.json -o $W/pairs-kd.jsonl
   nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee $W/gpu.txt
+  ;;
+mine-extra)
+  # More rows for the teacher-only runs: .gpu/py/pairs-py.jsonl.xz (45K Python training rows of
+  # `make corpus` not in the sweeps' sample, docstring field dropped), carried beside .gpu/mpd.
+  # After `carry` (all four pieces + .gpu/py) and `prepare`: mines them, then $W/all-kd.jsonl =
+  # the 80K mined rows + these.
+  cat $MP/parts/piece.* > $MP/model.safetensors
+  echo "$(cat $MP/sha256)  $MP/model.safetensors" | sha256sum -c - || exit 3
+  export PYTHONPATH=$PWD/src:/tmp/site SUPERGREP_HOME=/tmp/sg PYTHONUNBUFFERED=1
+  xz -dc /tmp/py/pairs-py.jsonl.xz > $W/py.jsonl
+  python3 -m supergrep mine-negatives $W/py.jsonl -o $W/py-kd.jsonl --per-query ${PER_QUERY:-3} \
+    --pool ${POOL:-1024} --teacher $MP --device cuda --json > $W/mine-py.json 2> $W/mine-py.err
+  echo "mine rc=$?"; cat $W/mine-py.json; tail -3 $W/mine-py.err
+  cat $W/pairs-kd.jsonl $W/py-kd.jsonl > $W/all-kd.jsonl; wc -l $W/all-kd.jsonl
+  python3 benchmarks/hn_pack.py pack $W/py.jsonl $W/py-kd.jsonl -o $W/py-kd-index.json
+  gzip -c $W/py-kd-index.json > "$OUT/py-kd-index.json.gz"; cp $W/mine-py.json "$OUT/"
   ;;
 train)
   . benchmarks/pack_runs.sh
