@@ -199,3 +199,26 @@ def test_infonce_weight_zero_trains_on_the_teachers_scores_alone():
     assert float(only(NumpyOps(), q, qm, d, dm, None, t)[0]) == pytest.approx(float(want))
     both = contrastive_loss(0.07, 0.2, 0.0, teacher_weight=1.0, teacher_temperature=0.1)
     assert float(both(NumpyOps(), q, qm, d, dm, None, t)[0]) > float(want)  # + InfoNCE
+
+
+def test_validation_loss_is_the_labels_loss_whatever_the_weights(mined, tiny_model, tmp_path):
+    from supergrep.backends.adapters import LoRAConfig
+    from supergrep.encoder.tokenize import RoleTokenizer
+    from supergrep.train.data import bucket_batches, cached_tokens, collate
+    from supergrep.train.loop import make_trainer, training_spec
+    from test_trainer import cfg_for
+
+    out, _ = mined
+    got = []
+    for kw in ({"margin_weight": 0.0}, {"hard_negatives": True, "teacher_weight": 1.0, "infonce_weight": 0.0,
+                                        "margin_weight": 0.0}):
+        cfg = cfg_for(tiny_model, out, tmp_path, **kw)
+        spec = training_spec(cfg)
+        tok = RoleTokenizer(spec)
+        cache = cached_tokens(load_pairs(out, split="val")[:32], None, spec, tok, "v")
+        rows = bucket_batches(np.asarray(cache.doc_lengths()), cfg.batch_size, 0, 0)[0]
+        torch.manual_seed(0)
+        trainer = make_trainer(cfg, spec, LoRAConfig(cfg.lora_r, cfg.lora_alpha, 0.0, ()))
+        got.append(float(trainer.eval_batch(collate(cache, rows, tok, 0, False, 8))[0]))
+    # The teacher-only run reports the same (non-zero) validation loss as a plain run would.
+    assert got[1] > 0 and got[1] == pytest.approx(got[0], rel=1e-5)

@@ -294,7 +294,8 @@ class MLXTrainer:
 
     def _eval_loss(self, q_ids, q_mask, d_ids, d_mask):
         self.tower.eval()
-        return self._loss_on(q_ids, q_mask, d_ids, d_mask)
+        fn = getattr(self.loss_fn, "validation", self.loss_fn)  # the labels' loss, as in torch
+        return fn(self.ops, self.tower(q_ids, q_mask), q_mask, self.tower(d_ids, d_mask), d_mask)
 
     # ----------------------------------------------------------------------------- a step
     def _seed(self, phase: int, i: int) -> None:

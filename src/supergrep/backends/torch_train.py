@@ -478,7 +478,8 @@ class TorchTrainer:
         self.model.eval()
         try:
             q_ids, q_mask, d_ids, d_mask = self._to_device(batch)
-            return self._loss(self.encode(q_ids, q_mask), q_mask, self.encode(d_ids, d_mask), d_mask)
+            fn = getattr(self.loss_fn, "validation", self.loss_fn)
+            return fn(self.ops, self.encode(q_ids, q_mask), q_mask, self.encode(d_ids, d_mask), d_mask)
         finally:
             self.model.train()
 

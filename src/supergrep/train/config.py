@@ -59,7 +59,7 @@ class TrainConfig:
     max_grad_norm: float = _f(1.0, "Gradient clipping norm (0: off).")
     # -- loss -------------------------------------------------------------------------------
     temperature: float = _f(0.07, "InfoNCE temperature over mean-over-query-tokens MaxSim scores.")
-    infonce_weight: float = _f(1.0, "Weight of InfoNCE (the docstring -> code labels); 0 with margin_weight 0 and teacher_weight > 0 trains on the teacher's scores alone (validation rows carry no teacher scores, so val_loss is then 0: compare val_acc).")
+    infonce_weight: float = _f(1.0, "Weight of InfoNCE (the docstring -> code labels); 0 with margin_weight 0 and teacher_weight > 0 trains on the teacher's scores alone (val_loss is always the labels' InfoNCE + margin, whatever this weight, so runs compare).")
     margin: float = _f(0.2, "Margin between the positive and the hardest negative score.")
     margin_weight: float = _f(0.1, "Weight of the margin loss added to InfoNCE.")
     distill_weight: float = _f(0.0, "Weight of a KL term keeping the in-batch score distribution close to the frozen base model's (no LoRA, no projection): anchors what the base did well, e.g. matching prose.")
