@@ -202,11 +202,12 @@ def test_infonce_weight_zero_trains_on_the_teachers_scores_alone():
 
 
 def test_validation_loss_is_the_labels_loss_whatever_the_weights(mined, tiny_model, tmp_path):
+    from test_trainer import cfg_for
+
     from supergrep.backends.adapters import LoRAConfig
     from supergrep.encoder.tokenize import RoleTokenizer
     from supergrep.train.data import bucket_batches, cached_tokens, collate
     from supergrep.train.loop import make_trainer, training_spec
-    from test_trainer import cfg_for
 
     out, _ = mined
     got = []
