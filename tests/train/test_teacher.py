@@ -223,3 +223,14 @@ def test_validation_loss_is_the_labels_loss_whatever_the_weights(mined, tiny_mod
         got.append(float(trainer.eval_batch(collate(cache, rows, tok, 0, False, 8))[0]))
     # The teacher-only run reports the same (non-zero) validation loss as a plain run would.
     assert got[1] > 0 and got[1] == pytest.approx(got[0], rel=1e-5)
+
+
+def test_bm25_mining_a_teacher_file_drops_the_old_scores(mined, tmp_path):
+    from supergrep.train.negatives import mine_negatives
+
+    out, _ = mined
+    again = tmp_path / "hn.jsonl"
+    mine_negatives(out, again, per_query=1, workers=1)
+    rows = [json.loads(x) for x in again.read_text().splitlines()]
+    assert all("teacher_scores" not in r for r in rows)  # they scored the teacher's negatives, now replaced
+    assert all(len(p.negatives) <= 1 for p in load_pairs(again, split="train"))

@@ -409,8 +409,7 @@ class TorchTrainer:
             torch.compiler.cudagraph_mark_step_begin()
         tensors = self._to_device(batch)
         joint = self.joint_packed_to_device(batch)  # packed steps run queries and documents together
-        t_scores = getattr(batch, "t_scores", None)
-        listwise = self._move(t_scores)[0] if t_scores is not None else None
+        listwise = self._move(batch.t_scores)[0] if batch.t_scores is not None else None
         while True:
             try:
                 if self.cached:

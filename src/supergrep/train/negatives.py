@@ -76,6 +76,30 @@ def read_rows(pairs_path: str | Path, split: str) -> tuple[list[dict], list[int]
     return rows, train, facts
 
 
+def negative_object(row: dict) -> dict:
+    """A row as a negative: its code and whichever of path, symbol, language and docstring it has."""
+    return {k: row[k] for k in ("code", "path", "symbol", "language", "docstring") if row.get(k)}
+
+
+def write_mined(output: str | Path, rows: list[dict], train: list[int], mined: dict[int, dict]) -> None:
+    """Every row, in order, to ``output`` (temp file + rename). A training row loses any
+    ``negatives`` / ``teacher_scores`` it came with (an earlier mining's; scores belong to their
+    own negatives) and gets ``mined[i]``'s fields instead; other rows are copied unchanged."""
+    out = Path(output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    train_set = set(train)
+    writer = AtomicJsonl(out)
+    try:
+        for i, r in enumerate(rows):
+            if i in train_set:
+                r = {**{k: v for k, v in r.items() if k not in ("negatives", "teacher_scores")}, **mined.get(i, {})}
+            writer.write(json.dumps(r, ensure_ascii=False))
+        writer.commit()
+    except BaseException:
+        writer.abort()
+        raise
+
+
 def _table(language: str) -> str:
     return "fts_" + (re.sub(r"[^a-z0-9]", "_", language.lower()) or "none")
 
@@ -176,26 +200,15 @@ def mine_negatives(pairs_path: str | Path, output: str | Path, per_query: int = 
                 results = list(pool.map(_batch, batches))
         found = dict(pair for chunk in results for pair in chunk)
     langs: Counter = Counter()
-    out = Path(output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    writer = AtomicJsonl(out)
-    try:
-        for i, r in enumerate(rows):
-            if i in found:
-                negs = found[i]
-                if negs:
-                    stats.with_negatives += 1
-                    stats.negatives += len(negs)
-                    langs[str(r.get("language", ""))] += 1
-                else:
-                    stats.no_match += 1
-                r = {**r, "negatives": [{k: rows[j].get(k, "") for k in ("code", "path", "symbol", "language", "docstring")
-                                         if rows[j].get(k)} for j in negs]}
-            writer.write(json.dumps(r, ensure_ascii=False))
-        writer.commit()
-    except BaseException:
-        writer.abort()
-        raise
+    for i, negs in found.items():
+        if negs:
+            stats.with_negatives += 1
+            stats.negatives += len(negs)
+            langs[str(rows[i].get("language", ""))] += 1
+        else:
+            stats.no_match += 1
+    write_mined(output, rows, train, {i: {"negatives": [negative_object(rows[j]) for j in negs]}
+                                      for i, negs in found.items()})
     stats.by_language = dict(langs)
     stats.seconds = time.perf_counter() - t0
     return stats

@@ -20,7 +20,6 @@ than mistakes. Validation rows are copied unchanged and are never candidates.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -29,12 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from supergrep.corpus.documents import code_document
-from supergrep.corpus.mine import AtomicJsonl
 from supergrep.errors import InputError
 from supergrep.train.distill import pad_vectors
-from supergrep.train.negatives import read_rows
-
-_NEG_KEYS = ("code", "path", "symbol", "language", "docstring")
+from supergrep.train.negatives import negative_object, read_rows, write_mined
 
 
 @dataclasses.dataclass
@@ -158,25 +154,10 @@ def mine_with_teacher(pairs_path: str | Path, output: str | Path, teacher: str, 
             found[i] = ([members[p] for p in taken], [float(scores[r, r])] + [float(scores[r, p]) for p in taken])
         say(f"pool {n + 1}/{len(pools)}: {len(members)} rows, encode {t2 - t1:.1f} s")
     del encoder
-    langs: Counter = Counter()
-    out = Path(output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    writer = AtomicJsonl(out)
-    train_set = set(train)
-    try:
-        for i, r in enumerate(rows):
-            if i in found:
-                negs, scores_i = found[i]
-                langs[str(r.get("language", ""))] += 1
-                r = {**r, "negatives": [{k: rows[j][k] for k in _NEG_KEYS if rows[j].get(k)} for j in negs],
-                     "teacher_scores": [round(s, 5) for s in scores_i]}
-            elif i in train_set:  # no stale negatives from an earlier mining
-                r = {k: v for k, v in r.items() if k not in ("negatives", "teacher_scores")}
-            writer.write(json.dumps(r, ensure_ascii=False))
-        writer.commit()
-    except BaseException:
-        writer.abort()
-        raise
+    langs = Counter(str(rows[i].get("language", "")) for i in found)
+    write_mined(output, rows, train, {i: {"negatives": [negative_object(rows[j]) for j in negs],
+                                          "teacher_scores": [round(s, 5) for s in scores_i]}
+                                      for i, (negs, scores_i) in found.items()})
     stats.with_negatives = len(found)
     stats.negatives = len(found) * per_query
     stats.no_match = len(train) - len(found)

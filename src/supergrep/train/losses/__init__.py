@@ -66,6 +66,6 @@ def contrastive_loss(temperature: float = 0.07, margin: float = 0.2, margin_weig
     # the validation split carry no teacher scores, and a run trained on the teacher alone
     # (infonce_weight 0) would otherwise report a validation loss of 0.
     fn.validation = fn if infonce_weight == 1.0 else contrastive_loss(  # type: ignore[attr-defined]
-        temperature, margin, margin_weight, distill_weight, distill_temperature)
+        temperature, margin, margin_weight)
     fn.from_scores = from_scores  # type: ignore[attr-defined]  # the profiler times MaxSim and the loss apart
     return fn
