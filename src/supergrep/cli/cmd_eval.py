@@ -41,8 +41,9 @@ def _group_table(rows: list[dict]) -> str:
 @click.option("--corpus", "corpora", multiple=True, required=True, metavar="NAME=DIR",
               help="A corpus the queries refer to (repeatable).")
 @click.option("--mode", type=click.Choice([*MODES, "all"]), default="all", show_default=True)
-@click.option("--model-path", "model_paths", multiple=True, type=click.Path(path_type=Path),
-              help="Model directory to evaluate (repeatable: a side-by-side table). Default: the default model.")
+@click.option("--model-path", "--model", "model_paths", multiple=True, type=click.Path(path_type=Path),
+              help="Model name (minilm, mpnet) or directory to evaluate (repeatable: a side-by-side table). "
+                   "Default: the default model.")
 @click.option("-t", "--type", "types", multiple=True, type=click.Choice(language_names()),
               help="Only index these languages of each corpus (the public set: python).")
 @click.option("--json", "as_json", is_flag=True, help="Summary rows and every query's rank and top 3 as JSON.")

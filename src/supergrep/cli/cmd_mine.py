@@ -153,7 +153,7 @@ def mine_negatives_cmd(pairs: Path, output: Path, per_query: int, skip_top: int,
     answer). Validation rows are copied unchanged and are never negatives.
 
         supergrep mine-negatives pairs.jsonl -o pairs-hn.jsonl --per-query 1
-        supergrep mine-negatives pairs.jsonl -o pairs-kd.jsonl --per-query 3 --teacher models/all-mpnet-base-v2
+        supergrep mine-negatives pairs.jsonl -o pairs-kd.jsonl --per-query 3 --teacher mpnet
     """
     if teacher is not None:
         from supergrep.train.teacher import mine_with_teacher

@@ -42,11 +42,10 @@ def quantize_cmd(model_dir: Path, output: Path, bits: int, group_size: int, symm
 
         supergrep quantize models/minilm -o models/minilm-q4 --bits 4 --layers 'embeddings.*=8'
     """
-    from supergrep.errors import UsageError
+    from supergrep.cli.common import model_dir_argument
     from supergrep.export.quantized import LayerRule, quantize_model
 
-    if not model_dir.is_dir():
-        raise UsageError(f"{model_dir} is not a model directory; pass the directory holding the model")
+    model_dir = model_dir_argument(model_dir)
     rules = [LayerRule.parse(r) for r in layer_rules]
     rep = quantize_model(model_dir, output, bits=bits, group_size=group_size, symmetric=symmetric,
                          rules=rules, embeddings=embeddings, force=force, check=not no_check)

@@ -62,8 +62,9 @@ def common_options(f=None, *, model_path: bool = True, config: bool = True, devi
             help="Extra TOML config file, applied after $SUPERGREP_HOME/config.toml and the project's .supergrep.toml."))
     if model_path:
         options.insert(1, click.option(
-            "--model-path", type=click.Path(path_type=Path), envvar="SUPERGREP_MODEL",
-            help="Model directory (Hugging Face, sentence-transformers, PyLate, XTR or supergrep layout). Env: SUPERGREP_MODEL."))
+            "--model-path", "--model", "model_path", type=click.Path(path_type=Path), envvar="SUPERGREP_MODEL",
+            help="Model: a name (minilm = the default, mpnet = quality; `supergrep models`) or a directory "
+                 "(Hugging Face, sentence-transformers, PyLate, XTR or supergrep layout). Env: SUPERGREP_MODEL."))
     for opt in reversed(options):
         wrapper = opt(wrapper)
     return wrapper
@@ -94,6 +95,18 @@ class Options:
         from supergrep.index.project import Index
 
         return Index(root, self.index_dir)
+
+
+def model_dir_argument(path: Path) -> Path:
+    """A MODEL_DIR argument: a directory, or a model name (``mpnet``) made one (assembled if needed)."""
+    from supergrep.encoder.named import MODEL_NAMES, is_model_name, model_dir
+
+    if is_model_name(path):
+        return model_dir(str(path))
+    if not path.is_dir():
+        raise UsageError(f"{path} is not a model directory; pass the directory holding the model "
+                         f"or a model name ({', '.join(MODEL_NAMES)})")
+    return path
 
 
 def resolve_root(path: str | None, search_up: bool = True) -> Path:

@@ -574,8 +574,16 @@ def _resolve(model_path: str | os.PathLike | None) -> ModelSpec:
         path = default_model_dir()
         spec = _from_sentence_transformers(path, DEFAULT_MODEL_NAME)
         return spec
+    from supergrep.encoder.named import MODEL_NAMES, MODELS, is_model_name, model_dir
+
+    if is_model_name(model_path):
+        name = os.fspath(model_path)
+        return _from_sentence_transformers(model_dir(name), MODELS[name].title)
     path = Path(model_path).expanduser()
     if not path.is_dir():
+        if os.sep not in os.fspath(model_path) and not path.exists():
+            raise ModelError(f"no model directory or model name '{model_path}'; pass a directory, or one of "
+                             f"the names {', '.join(MODEL_NAMES)} (see `supergrep models`)")
         what = "is a file, not a directory" if path.exists() else "does not exist"
         raise ModelError(f"model directory {path} {what}; pass --model-path DIR with a model in it")
     path = path.resolve()

