@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.cli_runner import run_main
+from tests.tiny_models import make_mpnet
 
 from supergrep.encoder import named
 from supergrep.errors import ModelError
-from tests.cli_runner import run_main
-from tests.tiny_models import make_mpnet
 
 
 @pytest.fixture(scope="module")
