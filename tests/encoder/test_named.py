@@ -195,3 +195,22 @@ def test_launcher_sends_a_name_and_knows_the_same_names(tmp_path):
     req = launcher.parse_search(["find the parser", "--model-path", "mpnet"], cwd=str(tmp_path))
     assert req["model_path"] == str(tmp_path / "mpnet")
     assert launcher.parse_search(["q", "--model", "no-such-dir"], cwd=str(tmp_path)) is None
+
+
+def test_auto_runs_a_named_model_as_int8_onnx_on_a_cpu(fake_mpnet, tmp_path):
+    """mpnet, like the default model, runs as its cached int8 ONNX export under --backend auto on
+    a CPU; the same weights in another directory are just a directory (torch)."""
+    pytest.importorskip("onnxruntime")
+    import shutil
+
+    from supergrep.cli import common
+    from supergrep.config import Config
+    from supergrep.encoder.spec import resolve_model
+
+    cfg = Config()
+    cfg.encode.device = "cpu"
+    spec = resolve_model("mpnet")
+    got, backend = common.choose_backend(spec, cfg)
+    assert backend == "onnx" and got.form == "onnx-int8" and got.source_fingerprint == spec.fingerprint()
+    copy = shutil.copytree(spec.path, tmp_path / "copy")
+    assert common.choose_backend(resolve_model(copy), cfg)[1] == "torch"

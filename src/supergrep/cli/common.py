@@ -54,7 +54,7 @@ def common_options(f=None, *, model_path: bool = True, config: bool = True, devi
         options.insert(1, click.option(
             "--backend", type=click.Choice(BACKEND_CHOICES), default=None, envvar="SUPERGREP_BACKEND",
             help="Framework that runs the model: torch, mlx (Apple MLX), onnx (onnxruntime, CPU) or auto "
-                 "(onnx for exported models and for the default model on a CPU-only machine; else torch if "
+                 "(onnx for exported models and for the named models on a CPU-only machine; else torch if "
                  "installed, else mlx). Config: encode.backend; env: SUPERGREP_BACKEND."))
     if config:
         options.insert(1, click.option(
@@ -147,15 +147,29 @@ def is_default_model(spec) -> bool:
         return False
 
 
+def runs_int8_on_cpu(spec) -> bool:
+    """Whether ``auto`` runs ``spec`` as its int8 ONNX form on a CPU: the named models, whose
+    int8 forms were measured within one point of MRR of fp32 (minilm: the public set; mpnet:
+    dev hybrid .794 vs .801, 1.42x the lines/s; docs/deployment.md), and only them."""
+    if spec.layout == "supergrep" or spec.adapter is not None:
+        return False
+    if is_default_model(spec):
+        return True
+    from supergrep.encoder.named import MODEL_NAMES, installed_dir
+
+    dirs = [d for d in (installed_dir(n) for n in MODEL_NAMES) if d is not None]
+    return Path(spec.path).resolve() in {d.resolve() for d in dirs}
+
+
 def choose_backend(spec, cfg: Config):
     """(model spec, backend name) for ``cfg.encode.backend``.
 
     - an exported ONNX directory runs on onnx (torch cannot run it);
     - ``onnx`` with a float model directory uses its int8 ONNX form, exported once into
       ``$SUPERGREP_HOME/models`` (``export.onnx_graph.cached_export``);
-    - ``auto`` does the same for the default model when encoding runs on the CPU and
-      onnxruntime is installed (DEFAULT_CPU_ONNX: measured faster for < 1 point of public-set
-      MRR, docs/deployment.md); every other model runs on torch if installed, else on mlx.
+    - ``auto`` does the same for the named models (minilm, the default, and mpnet) when encoding
+      runs on the CPU and onnxruntime is installed (DEFAULT_CPU_ONNX: measured faster for < 1
+      point of MRR, docs/deployment.md); every other model runs on torch if installed, else mlx.
     """
     from supergrep.encoder.spec import resolve_model
 
@@ -168,7 +182,7 @@ def choose_backend(spec, cfg: Config):
                              f"use --backend onnx (or auto)")
         return spec, "onnx"
     fast_default = (requested == "auto" and DEFAULT_CPU_ONNX and cpu_only(cfg.encode.device)
-                    and importlib.util.find_spec("onnxruntime") is not None and is_default_model(spec))
+                    and importlib.util.find_spec("onnxruntime") is not None and runs_int8_on_cpu(spec))
     if requested == "onnx" or fast_default:
         from supergrep.export.onnx_graph import cached_export, cached_export_dir
 
@@ -183,8 +197,8 @@ def choose_backend(spec, cfg: Config):
     return spec, requested
 
 
-# The default model's int8 ONNX form is the default CPU path (its public-set MRR is within one
-# point of fp32 torch: docs/deployment.md).
+# The named models' int8 ONNX forms are the default CPU path (MRR within one point of fp32
+# torch: docs/deployment.md).
 DEFAULT_CPU_ONNX = True
 
 
