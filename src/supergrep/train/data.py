@@ -26,19 +26,12 @@ import numpy as np
 from supergrep.backends.packing import Packed, pack_documents  # noqa: F401 - re-exported
 from supergrep.config import supergrep_home
 from supergrep.corpus.documents import Pair
-from supergrep.encoder.spec import ModelSpec
+from supergrep.encoder.spec import ModelSpec, sha256_of
 from supergrep.encoder.tokenize import RoleTokenizer
 from supergrep.errors import InputError
 
 CACHE_VERSION = 2  # 2: teacher scores (t_scores.npy)
 
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _pack(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -133,12 +126,12 @@ def cached_tokens(pairs: list[Pair], source: Path | None, spec: ModelSpec, token
         return TokenCache.build(pairs, tokenizer)
     h = hashlib.sha256()
     h.update(f"v{CACHE_VERSION}|{tag}|{len(pairs)}".encode())
-    h.update(_sha256_file(source).encode())
+    h.update(sha256_of(source).encode())
     h.update(json.dumps(spec.settings.to_dict(), sort_keys=True).encode())
     for name in ("tokenizer.json", "vocab.txt", "spiece.model", "vocab.json", "merges.txt", "tokenizer_config.json"):
         f = spec.transformer_path / name
         if f.is_file():
-            h.update(_sha256_file(f).encode())
+            h.update(sha256_of(f).encode())
     directory = supergrep_home() / "cache" / "tokens" / h.hexdigest()[:24]
     got = TokenCache.load(directory)
     if got is not None and len(got) == len(pairs):
