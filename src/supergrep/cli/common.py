@@ -149,8 +149,9 @@ def is_default_model(spec) -> bool:
 
 def runs_int8_on_cpu(spec) -> bool:
     """Whether ``auto`` runs ``spec`` as its int8 ONNX form on a CPU: the named models, whose
-    int8 forms were measured within one point of MRR of fp32 (minilm: the public set; mpnet:
-    dev hybrid .794 vs .801, 1.42x the lines/s; docs/deployment.md), and only them."""
+    int8 forms were measured within one point of MRR of fp32 (minilm on the public set; mpnet:
+    public hybrid .866 vs .862, dev .794 vs .801, 1.42x the lines/s; docs/deployment.md), and
+    only them: another model's int8 form is unmeasured."""
     if spec.layout == "supergrep" or spec.adapter is not None:
         return False
     if is_default_model(spec):
