@@ -119,11 +119,10 @@ def parse_search(argv: list[str], cwd: str | None = None) -> dict | None:
     ok_c, config = _path_option(opts.get("config"), cwd, False)
     model = opts.get("model_path", os.environ.get("SUPERGREP_MODEL") or None)
     model_path = os.path.join(cwd, os.path.expanduser(model)) if model else None
-    if model in MODEL_NAMES and not os.path.isdir(model_path):
-        model_path = model
-    elif model_path and not os.path.isdir(model_path):
-        return None  # let click / the direct path word the error exactly
-    if not (ok_i and ok_c) or (config and not os.path.isfile(config)):
+    ok_m = model_path is None or os.path.isdir(model_path)
+    if model in MODEL_NAMES and not ok_m:
+        model_path, ok_m = model, True  # a name (no directory of that name here): the daemon resolves it
+    if not (ok_i and ok_c and ok_m) or (config and not os.path.isfile(config)):
         return None  # let click / the direct path word the error exactly
     return {
         "op": "search", "query": positional[0], "path": positional[1] if len(positional) > 1 else None,

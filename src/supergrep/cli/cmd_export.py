@@ -6,18 +6,12 @@ from pathlib import Path
 
 import click
 
-from supergrep.cli.common import Options, common_options
+from supergrep.cli.common import Options, common_options, model_dir_argument
 from supergrep.cli.output import echo_json
 
 
 def _mb(n: int) -> str:
     return f"{n / 1e6:.1f} MB"
-
-
-def _check_input(model_dir: Path) -> Path:
-    from supergrep.cli.common import model_dir_argument
-
-    return model_dir_argument(model_dir)
 
 
 @click.group("export")
@@ -56,7 +50,7 @@ def onnx_cmd(model_dir: Path, output: Path, int8: bool, layer_rules: tuple[str, 
     from supergrep.export.onnx_graph import export_onnx
     from supergrep.export.quantized import LayerRule
 
-    model_dir = _check_input(model_dir)
+    model_dir = model_dir_argument(model_dir)
     rules = [LayerRule.parse(r) for r in layer_rules]
     rep = export_onnx(model_dir, output, int8=int8, optimize=not no_optimize, force=force, check=not no_check,
                       layer_rules=rules)
@@ -95,7 +89,7 @@ def coreml_cmd(model_dir: Path, output: Path, max_batch: int, max_length: int, p
     """
     from supergrep.export.coreml import export_coreml
 
-    model_dir = _check_input(model_dir)
+    model_dir = model_dir_argument(model_dir)
     rep = export_coreml(model_dir, output, max_batch=max_batch, max_length=max_length, precision=precision,
                         force=force)
     click.echo(f"converted to a Core ML ML Program ({rep.precision}; batch 1..{rep.max_batch}, "

@@ -134,31 +134,17 @@ def cpu_only(device: str) -> bool:
     return sys.platform != "darwin" and not os.path.exists("/proc/driver/nvidia/version")
 
 
-def is_default_model(spec) -> bool:
-    """Whether ``spec`` is the embedded default model, however it was named (no --model-path,
-    $SUPERGREP_MODEL, or its directory given explicitly)."""
-    from supergrep.encoder.spec import default_model_dir
-
-    if spec.layout == "supergrep" or spec.adapter is not None:
-        return False
-    try:
-        return Path(spec.path).resolve() == default_model_dir().resolve()
-    except Exception:  # noqa: BLE001 - the default model's package is missing: not it
-        return False
-
-
 def runs_int8_on_cpu(spec) -> bool:
-    """Whether ``auto`` runs ``spec`` as its int8 ONNX form on a CPU: the named models, whose
-    int8 forms were measured within one point of MRR of fp32 (minilm on the public set; mpnet:
-    public hybrid .866 vs .862, dev .794 vs .801, 1.42x the lines/s; docs/deployment.md), and
-    only them: another model's int8 form is unmeasured."""
+    """Whether ``auto`` runs ``spec`` as its int8 ONNX form on a CPU: the named models, however
+    given (no --model-path, a name, or their directory), whose int8 forms were measured within
+    one point of MRR of fp32 (minilm on the public set; mpnet: public hybrid .866 vs .862, dev
+    .794 vs .801, 1.42x the lines/s; docs/deployment.md), and only them: another model's int8
+    form is unmeasured."""
     if spec.layout == "supergrep" or spec.adapter is not None:
         return False
-    if is_default_model(spec):
-        return True
     from supergrep.encoder.named import MODEL_NAMES, installed_dir
 
-    dirs = [d for d in (installed_dir(n) for n in MODEL_NAMES) if d is not None]
+    dirs = [d for d in (installed_dir(n) for n in MODEL_NAMES) if d is not None]  # minilm's: the default
     return Path(spec.path).resolve() in {d.resolve() for d in dirs}
 
 

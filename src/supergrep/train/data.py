@@ -33,7 +33,6 @@ from supergrep.errors import InputError
 CACHE_VERSION = 2  # 2: teacher scores (t_scores.npy)
 
 
-
 def _pack(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     lengths = np.array([len(r) for r in rows], dtype=np.int64)
     offsets = np.zeros(len(rows) + 1, dtype=np.int64)
