@@ -43,6 +43,8 @@ def kernel_group(name: str) -> str:
     """A kernel's family, for the per-step breakdown."""
     if "flex_attention" in name or name.startswith("triton_tem"):
         return "flex attention"
+    if "t5_attn_" in name:
+        return "varlen attention (ours, Triton)"
     if any(t in name for t in ("nvjet", "gemm", "cutlass", "xmma", "splitKreduce")):
         return "GEMM fp32" if "f32f32" in name else "GEMM bf16"
     if "softmax" in name:

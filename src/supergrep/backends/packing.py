@@ -84,3 +84,51 @@ def pack_queries_and_documents(q_ids: np.ndarray, q_mask: np.ndarray, d_ids: np.
     ids = np.concatenate([widen(q_ids, pad_id), widen(d_ids, pad_id)])
     mask = np.concatenate([widen(q_mask, False), widen(d_mask, False)])
     return pack_documents(ids, mask, capacity, pad_id, multiple)
+
+
+@dataclass
+class Flat:
+    """Queries and documents laid end to end with no padding at all (``attn_implementation:
+    varlen``): what the varlen T5 forward and its attention kernel take.
+
+    Attributes:
+        ids: (N,) the real tokens of every query, then of every document, in order.
+        cu: (n + 1,) int32 start offset of each sequence in ``ids`` (cu[-1] = N).
+        gather: (n, width) for each position of the padded layout (queries then documents, both
+            widened to the wider of the two), its index into ``ids``; padding points at N, one past
+            the end (a zero vector the trainer appends).
+        max_len: the longest sequence.
+    """
+
+    ids: np.ndarray
+    cu: np.ndarray
+    gather: np.ndarray
+    max_len: int
+
+
+def flatten_queries_and_documents(q_ids: np.ndarray, q_mask: np.ndarray, d_ids: np.ndarray,
+                                  d_mask: np.ndarray) -> Flat:
+    """Vectorised (no per-sequence Python loop): masks are prefixes (real tokens first).
+
+    >>> f = flatten_queries_and_documents(np.array([[5, 6]]), np.array([[1, 1]], bool),
+    ...                                   np.array([[7, 8, 9], [4, 0, 0]]), np.array([[1, 1, 1], [1, 0, 0]], bool))
+    >>> f.ids.tolist(), f.cu.tolist(), f.gather.tolist(), f.max_len
+    ([5, 6, 7, 8, 9, 4], [0, 2, 5, 6], [[0, 1, 6], [2, 3, 4], [5, 6, 6]], 3)
+    """
+    width = max(q_ids.shape[1], d_ids.shape[1])
+
+    def widen(a: np.ndarray, fill) -> np.ndarray:
+        out = np.full((a.shape[0], width), fill, dtype=a.dtype)
+        out[:, : a.shape[1]] = a
+        return out
+
+    ids = np.concatenate([widen(q_ids, 0), widen(d_ids, 0)])
+    mask = np.concatenate([widen(q_mask.astype(bool), False), widen(d_mask.astype(bool), False)])
+    lengths = mask.sum(axis=1)
+    if not np.array_equal(mask, np.arange(width)[None, :] < lengths[:, None]):
+        raise ValueError("flatten_queries_and_documents needs prefix masks (real tokens first)")
+    cu = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=cu[1:])
+    n = int(cu[-1])
+    gather = np.where(mask, cu[:-1, None].astype(np.int64) + np.arange(width)[None, :], n)
+    return Flat(ids[mask].astype(np.int64), cu, gather, int(lengths.max()))

@@ -128,15 +128,18 @@ class TorchTrainer:
         self._encode_packed_impl = (torch.compile(self._encode_packed_eager, dynamic=True, mode=mode) if cfg.compile
                                     else self._encode_packed_eager)
         self._flex = cfg.attn_implementation == "flex"
-        if self._flex:
+        self._varlen = cfg.attn_implementation == "varlen"
+        if self._flex or self._varlen:
             from supergrep.backends.torch_backend import T5_TYPES
 
             if spec.model_type not in T5_TYPES:
-                raise UsageError(f"attn_implementation flex is implemented for T5 encoders, not {spec.model_type}; "
-                                 f"use sdpa")
+                raise UsageError(f"attn_implementation {cfg.attn_implementation} is implemented for T5 encoders, "
+                                 f"not {spec.model_type}; use sdpa")
         self._pad_id = int(getattr(model.config, "pad_token_id", 0) or 0)
         self._encode_flex_impl = (torch.compile(self._encode_flex_eager, dynamic=True, mode=mode) if cfg.compile
                                   else self._encode_flex_eager)
+        self._encode_varlen_impl = (torch.compile(self._encode_varlen_eager, dynamic=True, mode=mode) if cfg.compile
+                                    else self._encode_varlen_eager)
         self.params = self._named_trainable()
         decay = [p for n, p in self.params.items() if p.ndim >= 2]
         no_decay = [p for n, p in self.params.items() if p.ndim < 2]
@@ -246,6 +249,16 @@ class TorchTrainer:
         flat = torch.cat([flat, flat.new_zeros(1, flat.shape[-1])])  # the padding slot
         return nn.functional.normalize(flat[gather], p=2, dim=-1)
 
+    def _encode_varlen_eager(self, ids, cu, gather, max_len: int) -> torch.Tensor:
+        from supergrep.backends.torch_t5_varlen import varlen_forward
+
+        with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
+                            enabled=self.amp_dtype is not None):
+            vecs = self.proj(varlen_forward(self.model, ids, cu, max_len))  # (N, dim)
+        flat = vecs.float()
+        flat = torch.cat([flat, flat.new_zeros(1, flat.shape[-1])])  # the padding slot
+        return nn.functional.normalize(flat[gather], p=2, dim=-1)
+
     def _encode_flex(self, packed) -> torch.Tensor:
         """Vectors (n, width, dim) of packed rows through FlexAttention (``torch_t5_flex``; on a
         CPU, which has no FlexAttention backward, the same attention written out). The block mask
@@ -260,6 +273,13 @@ class TorchTrainer:
         """Document vectors (n_d, d_len, dim): from the packed rows when there are, else padded."""
         if packed is None:
             return self.encode(d_ids, d_mask)
+        if self._varlen:  # (profile's document forward) the documents alone, end to end
+            from supergrep.backends.packing import flatten_queries_and_documents
+
+            ids, mask = d_ids.cpu().numpy(), d_mask.cpu().numpy()
+            f = flatten_queries_and_documents(ids[:0], mask[:0], ids, mask)
+            ids_t, cu, gather = self._move(f.ids, f.cu, f.gather)
+            return self._encode_varlen_impl(ids_t, cu, gather, -(-f.max_len // 64) * 64)
         if self._flex:
             return self._encode_flex(packed)
         return self._encode_packed_impl(*packed)
@@ -269,6 +289,13 @@ class TorchTrainer:
         of two, so half the kernel launches of a launch-bound step (docs/performance.md)."""
         if not self._packs(batch):
             return None
+        if self._varlen:  # no rows at all: every token end to end (torch_t5_varlen.py)
+            from supergrep.backends.packing import flatten_queries_and_documents
+
+            f = flatten_queries_and_documents(batch.q_ids, batch.q_mask, batch.d_ids, batch.d_mask)
+            ids, cu, gather = self._move(f.ids, f.cu, f.gather)
+            # the kernels' grid only needs an upper bound: a multiple of 64 keeps compiled shapes few
+            return ("varlen", ids, cu, gather, -(-f.max_len // 64) * 64)
         from supergrep.backends.packing import pack_queries_and_documents
 
         p = pack_queries_and_documents(batch.q_ids, batch.q_mask, batch.d_ids, batch.d_mask,
@@ -342,7 +369,10 @@ class TorchTrainer:
         n_q = q_ids.shape[0]
         if joint is not None:  # queries and documents in one packed pass
             teacher = self._teacher(q_ids, q_mask, d_ids, d_mask)
-            both = self._encode_flex(joint) if self._flex else self._encode_packed_impl(*joint)
+            if isinstance(joint[0], str):  # ("varlen", ids, cu, gather, max_len)
+                both = self._encode_varlen_impl(*joint[1:])
+            else:
+                both = self._encode_flex(joint) if self._flex else self._encode_packed_impl(*joint)
             q, d = both[:n_q, : q_ids.shape[1]], both[n_q:, : d_ids.shape[1]]
             loss, acc = self._loss(q, q_mask, d, d_mask, teacher, listwise)
             self._backward(loss)

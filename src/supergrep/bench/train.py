@@ -12,6 +12,8 @@ A variant is written as ``+``-joined tokens (``bf16+compile+packing``):
     eager                     eager attention instead of SDPA
     flex                      T5 only, with packing: FlexAttention with the position bias in the kernel,
                               queries and documents packed into one encoder pass (torch_t5_flex.py)
+    varlen                    T5 only, with packing: queries and documents end to end with no padding,
+                              a Triton attention kernel per document, fused LoRA GEMMs (torch_t5_varlen.py)
     padmax | random | bucketed   batching: pad to the cap / random batches padded to their longest /
                               the trainer's length buckets (default)
     packing                   documents packed into rows with a block-diagonal mask
@@ -90,12 +92,13 @@ def mlx_conflict(v: Variant) -> str | None:
     """Why the MLX trainer cannot run ``v`` as asked (None: it can, or ``v`` is a torch variant)."""
     if v.backend != "mlx":
         return None
-    bad = [t for t, on in (("compile", v.compile), ("packing", v.packing), ("peer", v.peer), ("flex", v.attn == "flex"),
+    bad = [t for t, on in (("compile", v.compile), ("packing", v.packing), ("peer", v.peer),
+                           ("flex", v.attn == "flex"), ("varlen", v.attn == "varlen"),
                            ("fp16", v.precision == "fp16")) if on]
     if not bad:
         return None
     why = {"compile": "MLX always mx.compiles its step", "packing": "the MLX trainer has no packed rows",
-           "flex": "FlexAttention is a torch feature",
+           "flex": "FlexAttention is a torch feature", "varlen": "the varlen kernels are torch/Triton",
            "peer": "the peer is a torch model", "fp16": "the MLX trainer has no fp16 loss scaling"}
     return f"'{v.name}': mlx cannot run {'+'.join(bad)} ({'; '.join(why[b] for b in bad)})"
 
@@ -129,7 +132,7 @@ def parse_variant(text: str) -> Variant:
             kw.update(compile=True, compile_mode="reduce-overhead")
         elif tok.startswith("pad="):
             kw["pad_multiple"] = int(tok[4:])
-        elif tok in ("eager", "sdpa", "flex"):
+        elif tok in ("eager", "sdpa", "flex", "varlen"):
             kw["attn"] = tok
         elif tok in ("padmax", "random", "bucketed"):
             kw["batching"] = tok
@@ -309,10 +312,13 @@ def batch_flops(mf: ModelFlops, batch) -> float:
     return mf.train_step(batch.q_mask.sum(1).tolist(), batch.d_mask.sum(1).tolist())
 
 
-def computed_tokens(batch, doc_cap: int = 0, pad_multiple: int = 8) -> int:
+def computed_tokens(batch, doc_cap: int = 0, pad_multiple: int = 8, attn: str = "sdpa") -> int:
     """Token positions the encoder actually runs (padding included). Packed batches of our
     trainer run queries and documents in one set of rows (``pack_queries_and_documents``, with
-    ``doc_cap``); the peer's get no ``packed`` and stay padded."""
+    ``doc_cap``), or with ``varlen`` end to end with no padding at all; the peer's get no
+    ``packed`` and stay padded."""
+    if batch.packed is not None and attn == "varlen":
+        return int(batch.q_mask.sum() + batch.d_mask.sum())
     if batch.packed is None:
         return int(batch.q_ids.size + batch.d_ids.size)
     if doc_cap:
@@ -364,7 +370,7 @@ def run_variant(wl: Workload, v: Variant, steps: int, warmup: int, mf: ModelFlop
     return {
         "variant": v.name, "settings": asdict(v), "device": device, "batch_size": bs, "steps": steps,
         "warmup": warmup, "seconds": seconds, "samples_per_s": steps * bs / seconds,
-        "useful_tokens_per_s": useful / seconds, "token_efficiency": useful / sum(computed_tokens(b, wl.doc_cap, v.pad_multiple) for b in timed),
+        "useful_tokens_per_s": useful / seconds, "token_efficiency": useful / sum(computed_tokens(b, wl.doc_cap, v.pad_multiple, v.attn) for b in timed),
         "tflops": flops / seconds / 1e12, "mfu": flops / seconds / peak if peak else None,
         "peak_memory_bytes": trainer.memory()["peak_bytes"] if mlx else _peak_bytes(device, memory),
         "memory": memory.summary(), "backend": v.backend,

@@ -70,7 +70,7 @@ class TrainConfig:
     mini_batch_size: int = _f(16, "Mini-batch size of cached_contrastive (and of OOM recovery).")
     # -- speed ------------------------------------------------------------------------------
     precision: str = _f("auto", "fp32, bf16 or fp16 (autocast); auto: bf16 on GPUs that have it, fp32 on CPU.", ("auto", "fp32", "bf16", "fp16"))
-    attn_implementation: str = _f("sdpa", "Attention kernels: sdpa, eager, or flex (T5 encoders with packing: FlexAttention with T5's position bias in the kernel, queries and documents packed into one pass; no dropout on attention probabilities).", ("sdpa", "eager", "flex"))
+    attn_implementation: str = _f("sdpa", "Attention kernels: sdpa, eager, flex (T5 encoders with packing: FlexAttention with T5's position bias in the kernel, queries and documents packed into one pass; no dropout on attention probabilities), or varlen (T5 encoders with packing: queries and documents laid end to end with no padding, one Triton attention kernel per document with the bias inside, fused LoRA projections; the fastest on CUDA, the same attention in torch elsewhere).", ("sdpa", "eager", "flex", "varlen"))
     compile: bool = _f(False, "torch.compile the encoder (dynamic shapes). backend torch only: the MLX backend always compiles its step (mx.compile), whatever this says.")
     compile_mode: str = _f("default", "torch.compile mode when compile is on: default, reduce-overhead (CUDA graphs, one per distinct batch shape: pair it with packing or a large pad_multiple), max-autotune-no-cudagraphs.", ("default", "reduce-overhead", "max-autotune-no-cudagraphs"))
     gradient_checkpointing: bool = _f(False, "Recompute activations in backward (less memory, more time).")
@@ -112,9 +112,10 @@ class TrainConfig:
         if self.batch_size % self.grad_accum_steps:
             problems.append("batch_size must be a multiple of grad_accum_steps")
         if self.packing and self.attn_implementation == "eager":
-            problems.append("packing needs attn_implementation sdpa or flex (its block-diagonal mask)")
-        if self.attn_implementation == "flex" and not self.packing:
-            problems.append("attn_implementation flex needs packing: true (it runs on packed rows)")
+            problems.append("packing needs attn_implementation sdpa, flex or varlen (its block-diagonal mask)")
+        if self.attn_implementation in ("flex", "varlen") and not self.packing:
+            problems.append(f"attn_implementation {self.attn_implementation} needs packing: true (queries and "
+                            f"documents run packed, in one encoder pass)")
         if self.infonce_weight < 0:
             problems.append("infonce_weight must be >= 0")
         if not (self.infonce_weight or self.margin_weight or self.teacher_weight or self.distill_weight):

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The varlen training path on one GPU (one device call): the attention kernels alone against
+# FlexAttention (benchmarks/varlen_attention.py), then `bench train` of the flex path and the
+# varlen path in the same process, then (optional) a kernel trace of the varlen step.
+#
+#   carry [".gpu/minilm-fp16"];  bash benchmarks/gpu_varlen.sh [attn] [bench] [trace]
+#
+# Env: BS (192), STEPS (30), WARM (10), V (the bench variants), CAP_S per part.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONFAULTHANDLER=1
+model=.gpu/minilm-fp16
+BS=${BS:-192}
+parts=${*:-attn bench}
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)"
+  git rev-parse HEAD 2>/dev/null; echo "parts: $parts"; } 2>&1 | tee "$OUT/env.txt"
+for part in $parts; do
+  s=$(date +%s)
+  case $part in
+  attn)
+    timeout "${CAP_S:-200}" python3 benchmarks/varlen_attention.py --out "$OUT/attn.json" 2>&1 | grep -v Warning | tee "$OUT/attn.txt" | tail -20 ;;
+  bench)
+    V=${V:-bs=$BS+bf16+compile+flex+packing,bs=$BS+bf16+compile+varlen+packing}
+    timeout "${CAP_S:-420}" python3 -m supergrep bench train -w xtr-base --model-path $model --variants "$V" \
+      --steps "${STEPS:-30}" --warmup "${WARM:-10}" --out "$OUT/bench" > "$OUT/bench-log.txt" 2>&1
+    echo "bench rc=$?"; grep -v "Warning\|warn(" "$OUT/bench-log.txt" | tail -12 ;;
+  trace)
+    mkdir -p "$OUT/trace"
+    timeout "${CAP_S:-300}" python3 benchmarks/step_trace.py --model-path $model --workload xtr-base \
+      --variants "${TV:-bs=$BS+bf16+compile+varlen+packing}" --warmup "${WARM:-10}" --steps 6 --out "$OUT/trace" \
+      > "$OUT/trace/log.txt" 2>&1
+    echo "trace rc=$?"; grep -v "Warning\|warn(" "$OUT/trace/log.txt" | tail -40 ;;
+  esac
+  echo "== $part: $(( $(date +%s) - s )) s"
+done
+ls -la "$OUT"

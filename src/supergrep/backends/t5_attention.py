@@ -1,0 +1,109 @@
+"""T5 self-attention over documents laid end to end (``varlen``): one flat (N, ...) token layout,
+no padding, document starts in ``cu``.
+
+``t5_varlen_attention`` runs the Triton kernels of ``triton_t5_attention`` on CUDA (as a
+``torch.library`` custom op, so ``torch.compile`` keeps it as one opaque call with its own
+backward) and the same attention written in torch elsewhere (CPU training and the tests).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+_BLOCKS = {"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 2}
+
+
+def kernel_options() -> dict:
+    """The kernels' tile sizes: the defaults, or ``SUPERGREP_T5_ATTN=block_m,block_n,warps,stages``
+    (for benchmarks/gpu_varlen.py's sweep)."""
+    env = os.environ.get("SUPERGREP_T5_ATTN")
+    if not env:
+        return dict(_BLOCKS)
+    m, n, w, s = (int(x) for x in env.split(","))
+    return {"block_m": m, "block_n": n, "num_warps": w, "num_stages": s}
+
+
+def padded_index(cu: torch.Tensor, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(index (n_docs, max_len) into the flat tokens, valid mask): document i's position j is flat
+    token cu[i] + j; positions past its length point at token 0 and are masked."""
+    starts, lengths = cu[:-1].long(), (cu[1:] - cu[:-1]).long()
+    pos = torch.arange(max_len, device=cu.device)
+    valid = pos[None, :] < lengths[:, None]
+    return torch.where(valid, starts[:, None] + pos[None, :], 0), valid
+
+
+def reference_attention(qkv: torch.Tensor, cu: torch.Tensor, max_len: int, table: torch.Tensor, dist: int,
+                        heads: int, scale: float = 1.0) -> torch.Tensor:
+    """The attention in torch (differentiable), computed in float32: documents gathered into a
+    padded (n_docs, heads, max_len, head_dim) layout, scores materialised, scattered back."""
+    n, width = qkv.shape
+    d = width // (3 * heads)
+    idx, valid = padded_index(cu, max_len)
+    q, k, v = qkv.float()[idx].view(idx.shape[0], max_len, 3, heads, d).permute(2, 0, 3, 1, 4)
+    pos = torch.arange(max_len, device=qkv.device)
+    bias = table.float()[:, (pos[None, :] - pos[:, None]).clamp(-dist, dist) + dist]  # (H, T, T)
+    scores = (q @ k.transpose(-1, -2)) * scale + bias[None]
+    probs = scores.masked_fill(~valid[:, None, None, :], float("-inf")).softmax(-1)
+    o = (probs @ v).permute(0, 2, 1, 3).reshape(idx.shape[0], max_len, heads * d)
+    return o[valid].to(qkv.dtype)  # documents are contiguous and in order, so valid rows are the flat tokens
+
+
+@torch.library.custom_op("supergrep::t5_varlen_attn", mutates_args=())
+def _attn(qkv: torch.Tensor, cu: torch.Tensor, table: torch.Tensor, max_len: int, dist: int, heads: int,
+          scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    from supergrep.backends import triton_t5_attention as k
+
+    return k.forward(qkv, cu, max_len, table, dist, heads, scale, **kernel_options())
+
+
+@_attn.register_fake
+def _(qkv, cu, table, max_len, dist, heads, scale):
+    n, width = qkv.shape
+    return qkv.new_empty((n, width // 3)), qkv.new_empty((heads, n), dtype=torch.float32)
+
+
+@torch.library.custom_op("supergrep::t5_varlen_attn_bwd", mutates_args=())
+def _attn_bwd(do: torch.Tensor, qkv: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, cu: torch.Tensor,
+              table: torch.Tensor, max_len: int, dist: int, heads: int, scale: float) -> torch.Tensor:
+    from supergrep.backends import triton_t5_attention as k
+
+    return k.backward(do, qkv, o, lse, cu, max_len, table, dist, heads, scale, **kernel_options())
+
+
+@_attn_bwd.register_fake
+def _(do, qkv, o, lse, cu, table, max_len, dist, heads, scale):
+    return torch.empty_like(qkv)
+
+
+def _setup(ctx, inputs, output):
+    qkv, cu, table, max_len, dist, heads, scale = inputs
+    o, lse = output
+    ctx.save_for_backward(qkv, o, lse, cu, table)
+    ctx.args = (max_len, dist, heads, scale)
+
+
+def _backward(ctx, do, _dlse):
+    qkv, o, lse, cu, table = ctx.saved_tensors
+    max_len, dist, heads, scale = ctx.args
+    return _attn_bwd(do, qkv, o, lse, cu, table, max_len, dist, heads, scale), None, None, None, None, None, None
+
+
+_attn.register_autograd(_backward, setup_context=_setup)
+
+
+def t5_varlen_attention(qkv: torch.Tensor, cu: torch.Tensor, max_len: int, table: torch.Tensor, dist: int,
+                        heads: int, scale: float = 1.0) -> torch.Tensor:
+    """Attention output (N, heads * head_dim) of the flat ``qkv`` (N, 3 * heads * head_dim).
+
+    Args:
+        cu: (n_docs + 1,) int32 start offsets of the documents in the flat layout (cu[-1] = N).
+        max_len: the longest document (sizes the kernels' grid; a host integer, no sync).
+        table: (heads, 2 * dist + 1) float32 position bias by clamped relative position (frozen:
+            no gradient flows into it).
+    """
+    if qkv.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":  # the kernels (on a CPU: Triton's interpreter)
+        return _attn(qkv, cu, table.detach().float().contiguous(), max_len, int(dist), int(heads),
+                     float(scale))[0]
+    return reference_attention(qkv, cu, max_len, table.detach(), dist, heads, scale)

@@ -1,0 +1,124 @@
+"""Fused LoRA projections: several ``LoRALinear`` layers that read the same input in one pass.
+
+Unfused (PEFT-style) LoRA costs about five extra full passes over the (N, out) activations per
+projection in forward + backward (the base output, the low-rank product, their sum, and the
+same again for the gradients); here the frozen weights and the A's share one GEMM, the
+low-rank update is one ``addmm`` onto it, and the backward mirrors that: about two extra passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from supergrep.backends.torch_lora import LoRALinear
+
+
+def fusable(mods: Sequence[nn.Module]) -> bool:
+    """Whether ``fused_lora_linear`` computes exactly what these modules compute.
+
+    False for anything it does not model (callers fall back to the plain modules): another
+    module type, a disabled adapter, QAT, dropout, a trainable base, or mixed shapes / rank /
+    scale / bias / device.
+    """
+    if not mods or not all(isinstance(m, LoRALinear) for m in mods):
+        return False
+    m0 = mods[0]
+    has_bias = m0.base.bias is not None
+    for m in mods:
+        drop = m.dropout
+        if not (isinstance(drop, nn.Identity) or (isinstance(drop, nn.Dropout) and drop.p == 0)):
+            return False
+        if not m.enabled or m.weight_fake_quant is not None:
+            return False
+        # the fused backward gives the base no gradient: a trainable base must not be fused
+        if m.base.weight.requires_grad or (m.base.bias is not None and m.base.bias.requires_grad):
+            return False
+        if (m.in_features != m0.in_features or m.r != m0.r or m.scale != m0.scale
+                or (m.base.bias is not None) != has_bias or m.base.weight.device != m0.base.weight.device):
+            return False
+    return True
+
+
+def _cat(ts: list[torch.Tensor]) -> torch.Tensor:
+    return ts[0] if len(ts) == 1 else torch.cat(ts)
+
+
+def _forward(x, w, a, b, bias, outs, scale):
+    """(y, u, block-diagonal B) for flat x (N, in); everything already in the compute dtype."""
+    n_out = w.shape[0]
+    bd = b if len(outs) == 1 else torch.block_diag(*b.split(outs))  # (sum_out, k*r), small
+    wa = torch.cat([w, a])
+    if bias is None:
+        h = x @ wa.t()
+    else:  # the bias rides in the GEMM's epilogue (zeros for the A columns)
+        h = torch.addmm(torch.cat([bias, bias.new_zeros(a.shape[0])]), x, wa.t())
+    # own storage: saving a view of h would keep all of h alive until backward
+    u = h[:, n_out:].contiguous()
+    y = torch.addmm(h[:, :n_out], u, bd.t(), alpha=scale)
+    return y, u, bd
+
+
+class _FusedLoRA(torch.autograd.Function):
+    """y = x [W; A]^T split, then y0 + scale * u blockdiag(B)^T. W and bias are frozen."""
+
+    @staticmethod
+    def forward(ctx, x, w, a, b, bias, outs, scale):
+        y, u, bd = _forward(x, w, a, b, bias, outs, scale)
+        ctx.save_for_backward(x, u, w, a, bd)
+        ctx.outs, ctx.scale, ctx.device_type = outs, scale, x.device.type
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, u, w, a, bd = ctx.saved_tensors
+        outs, scale = ctx.outs, ctx.scale
+        need_x, _, need_a, need_b = ctx.needs_input_grad[:4]
+        gx = ga = gb = None
+        # the compute dtype was fixed in forward; a surrounding autocast must not change it
+        with torch.autocast(ctx.device_type, enabled=False):
+            g = g.to(x.dtype)
+            if need_x:  # one GEMM for both g W and v = g blockdiag(B)
+                n_in = x.shape[1]
+                h = g @ torch.cat([w, bd], dim=1)
+                v = h[:, n_in:]
+                gx = torch.addmm(h[:, :n_in], v, a, alpha=scale)
+            elif need_a:
+                v = g @ bd
+            if need_a:
+                ga = (v.t() * scale) @ x
+            if need_b:  # per module: g_i^T u_i, never the full block-diagonal gradient
+                us = u * scale
+                r = u.shape[1] // len(outs)
+                parts, o = [], 0
+                for i, n in enumerate(outs):
+                    parts.append(g[:, o:o + n].t() @ us[:, i * r:(i + 1) * r])
+                    o += n
+                gb = _cat(parts)
+        return gx, None, ga, gb, None, None, None
+
+
+def fused_lora_linear(x: torch.Tensor, mods: Sequence[LoRALinear]) -> torch.Tensor:
+    """``torch.cat([m(x) for m in mods], dim=-1)`` in two passes over the activations.
+
+    Only for modules where ``fusable(mods)`` holds. Under autocast the matmuls run in the
+    autocast dtype (as ``F.linear`` would) and so does the output; otherwise in ``x.dtype``.
+    """
+    dev = x.device.type
+    dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
+    m0 = mods[0]
+    # cast here, outside the Function, so autograd casts the fp32 A/B gradients back
+    x2 = x.reshape(-1, x.shape[-1]).to(dtype)
+    w = _cat([m.base.weight.to(dtype) for m in mods])
+    a = _cat([m.lora_A.to(dtype) for m in mods])
+    b = _cat([m.lora_B.to(dtype) for m in mods])
+    bias = None if m0.base.bias is None else _cat([m.base.bias.to(dtype) for m in mods])
+    outs = tuple(m.out_features for m in mods)
+    with torch.autocast(dev, enabled=False):
+        if torch.is_grad_enabled() and (x2.requires_grad or a.requires_grad or b.requires_grad):
+            y = _FusedLoRA.apply(x2, w, a, b, bias, outs, m0.scale)
+        else:
+            y = _forward(x2, w, a, b, bias, outs, m0.scale)[0]
+    return y.view(*x.shape[:-1], y.shape[-1])

@@ -1,0 +1,58 @@
+"""A T5 encoder forward over tokens laid end to end, no padding and no rows
+(`attn_implementation: varlen`): the fast training path for T5/XTR encoders.
+
+Why: the flex path (``torch_t5_flex.py``) packs documents into 512-token rows and lets
+FlexAttention skip whole 128 x 128 blocks between documents; at code-chunk lengths (~159 tokens)
+most computed blocks straddle a document border, and attention took 36% of the step's GPU time
+for ~3% of its FLOPs. Here every token is a real token (the projections, norms and dropouts run
+on (N, d_model) with N = the useful tokens) and attention is a kernel that works one document at
+a time (``t5_attention.py``). The projections that read the same input are one fused LoRA GEMM
+each (``torch_fused_lora.py``): q, k, v together; wi_0 and wi_1 together.
+
+The layers are the HF ``T5EncoderModel``'s own modules (LoRA-wrapped projections, layer norms,
+dropouts), as in the flex path, with the same one deliberate difference from HF's forward: no
+dropout on the attention probabilities. The hidden-state dropouts stay.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from supergrep.backends.t5_attention import t5_varlen_attention
+from supergrep.backends.torch_fused_lora import fusable, fused_lora_linear
+from supergrep.backends.torch_t5_flex import bias_table
+
+
+def project(x: torch.Tensor, mods: list[nn.Module], fuse: bool = True) -> torch.Tensor:
+    """The outputs of ``mods`` on ``x``, concatenated on the last axis: one fused LoRA GEMM when
+    they allow it (LoRA-wrapped, no LoRA dropout, no QAT), else one call each."""
+    if fuse and fusable(mods):
+        return fused_lora_linear(x, mods)
+    outs = [m(x) for m in mods]
+    return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
+
+
+def varlen_forward(encoder: nn.Module, ids: torch.Tensor, cu: torch.Tensor, max_len: int,
+                   fuse: bool = True) -> torch.Tensor:
+    """Last hidden states (N, d_model) of HF T5EncoderModel ``encoder`` over the flat tokens
+    ``ids`` (N,), sequences starting at ``cu`` (n + 1,) int32, none longer than ``max_len``."""
+    stack = encoder.encoder
+    table, dist = bias_table(encoder)
+    h = stack.dropout(stack.embed_tokens(ids))  # (N, d_model)
+    for block in stack.block:
+        sa_layer, ff_layer = block.layer[0], block.layer[-1]
+        sa = sa_layer.SelfAttention
+        qkv = project(sa_layer.layer_norm(h), [sa.q, sa.k, sa.v], fuse)  # (N, 3 * heads * d_kv)
+        o = t5_varlen_attention(qkv, cu, max_len, table, dist, sa.n_heads)  # T5 does not scale scores
+        h = h + sa_layer.dropout(project(o, [sa.o], fuse))
+        ff = ff_layer.DenseReluDense
+        x = ff_layer.layer_norm(h)
+        if hasattr(ff, "wi_0"):  # gated (T5 v1.1, XTR): act(wi_0 x) * wi_1 x
+            g = project(x, [ff.wi_0, ff.wi_1], fuse)
+            width = g.shape[-1] // 2
+            a = ff.act(g[..., :width]) * g[..., width:]
+        else:
+            a = ff.act(project(x, [ff.wi], fuse))
+        h = h + ff_layer.dropout(project(ff.dropout(a), [ff.wo], fuse))
+    return stack.dropout(stack.final_layer_norm(h))

@@ -1,0 +1,194 @@
+"""`attn_implementation: varlen`: the T5 encoder over tokens laid end to end (no padding), its
+attention kernels (Triton; run here in Triton's CPU interpreter) and the torch reference."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from supergrep.backends.packing import flatten_queries_and_documents
+from supergrep.backends.t5_attention import padded_index, reference_attention
+from supergrep.errors import ConfigError, UsageError
+
+HAS_TRITON = importlib.util.find_spec("triton") is not None
+
+
+def _dense_attention(qkv, lengths, table, dist, heads, scale):
+    """Each document on its own, in float64: the plainest statement of T5 attention."""
+    d = qkv.shape[1] // (3 * heads)
+    out, start = [], 0
+    for n in lengths:
+        q, k, v = qkv[start : start + n].double().view(n, 3, heads, d).permute(1, 2, 0, 3)
+        rel = (torch.arange(n)[None, :] - torch.arange(n)[:, None]).clamp(-dist, dist) + dist
+        probs = ((q @ k.transpose(-1, -2)) * scale + table.double()[:, rel]).softmax(-1)
+        out.append((probs @ v).permute(1, 0, 2).reshape(n, heads * d))
+        start += n
+    return torch.cat(out)
+
+
+def test_flatten_lays_every_real_token_end_to_end_and_gathers_them_back():
+    rng = np.random.default_rng(0)
+    q_len, d_len = rng.integers(1, 9, 5), rng.integers(1, 30, 7)
+    q_ids = rng.integers(1, 100, (5, 8))
+    d_ids = rng.integers(1, 100, (7, 30))
+    q_mask, d_mask = np.arange(8) < q_len[:, None], np.arange(30) < d_len[:, None]
+    f = flatten_queries_and_documents(q_ids, q_mask, d_ids, d_mask)
+    assert f.ids.shape == (q_len.sum() + d_len.sum(),) and f.max_len == max(q_len.max(), d_len.max())
+    assert np.diff(f.cu).tolist() == q_len.tolist() + d_len.tolist()
+    table = np.append(f.ids, -1)  # the padding slot
+    assert np.array_equal(table[f.gather[:5, :8]], np.where(q_mask, q_ids, -1))
+    assert np.array_equal(table[f.gather[5:]], np.where(d_mask, d_ids, -1))
+    with pytest.raises(ValueError, match="prefix"):
+        flatten_queries_and_documents(q_ids, q_mask, d_ids, ~d_mask)
+
+
+def test_reference_attention_is_per_document_attention_with_the_bias():
+    torch.manual_seed(0)
+    heads, d, dist, lengths = 3, 8, 4, [5, 1, 12, 9]
+    cu = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int32)
+    qkv, table = torch.randn(sum(lengths), 3 * heads * d), torch.randn(heads, 2 * dist + 1)
+    got = reference_attention(qkv, cu, max(lengths) + 3, table, dist, heads, 0.5)  # max_len: an upper bound
+    torch.testing.assert_close(got.double(), _dense_attention(qkv, lengths, table, dist, heads, 0.5),
+                               atol=1e-5, rtol=1e-5)
+    idx, valid = padded_index(cu, 12)
+    assert idx[valid].tolist() == list(range(sum(lengths)))
+
+
+KERNEL_CHECK = r"""
+import json, sys
+import numpy as np, torch
+from supergrep.backends import triton_t5_attention as K
+from supergrep.backends.t5_attention import reference_attention, t5_varlen_attention
+torch.manual_seed(0)
+out = {}
+heads, d, dist = 2, 16, 5
+lengths = [7, 1, 20, 33, 64, 65, 3]  # 1 token, block edges (64, 65) for 16/32/64 tiles
+cu = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int32)
+max_len = 80
+table = torch.randn(heads, 2 * dist + 1)
+for dtype, bm, bn in ((torch.float32, 16, 16), (torch.float32, 32, 16), (torch.float16, 16, 32)):
+    qkv = torch.randn(sum(lengths), 3 * heads * d).to(dtype).requires_grad_()
+    ref = reference_attention(qkv.float(), cu, max_len, table, dist, heads, 0.7)
+    do = torch.randn_like(ref)
+    (g_ref,) = torch.autograd.grad(ref, qkv, do)
+    o, lse = K.forward(qkv.detach(), cu, max_len, table, dist, heads, 0.7, block_m=bm, block_n=bn)
+    g = K.backward(do.to(dtype), qkv.detach(), o, lse, cu, max_len, table, dist, heads, 0.7, block_m=bm, block_n=bn)
+    rel = lambda a, b: float((a.float() - b.float()).norm() / b.float().norm())
+    out[f"{dtype}-{bm}-{bn}"] = [rel(o, ref), rel(g, g_ref), o.dtype == dtype, g.dtype == dtype]
+# through the custom op and its registered backward, eager and compiled
+qkv = torch.randn(sum(lengths), 3 * heads * d, requires_grad=True)
+ref = reference_attention(qkv, cu, max_len, table, dist, heads)
+do = torch.randn_like(ref)
+(g_ref,) = torch.autograd.grad(ref, qkv, do)
+for name, fn in (("op", t5_varlen_attention), ("compiled", torch.compile(t5_varlen_attention, dynamic=True))):
+    o = fn(qkv, cu, max_len, table, dist, heads)
+    (g,) = torch.autograd.grad(o, qkv, do)
+    out[name] = [float((o - ref).abs().max()), float((g - g_ref).abs().max())]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="needs triton (Triton's CPU interpreter runs the kernels)")
+def test_the_triton_kernels_match_the_reference_in_the_interpreter():
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    res = subprocess.run([sys.executable, "-c", KERNEL_CHECK], env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    for key, (fwd, bwd, o_dtype, g_dtype) in ((k, v) for k, v in out.items() if k not in ("op", "compiled")):
+        tol = 1e-5 if "float32" in key else 2e-3  # fp16 operands, fp32 accumulation
+        assert fwd < tol and bwd < tol and o_dtype and g_dtype, (key, fwd, bwd)
+    for key in ("op", "compiled"):
+        assert max(out[key]) < 1e-4, (key, out[key])
+
+
+def _short(trainer, batch):
+    """Lengths 7..96 so sequences of very different lengths share the flat layout."""
+    keep = np.array([90, 10, 33, 50, 7, 96, 12, 60])[:, None] > np.arange(batch.d_ids.shape[1])[None]
+    batch.d_mask = batch.d_mask & keep
+    batch.d_ids = np.where(batch.d_mask, batch.d_ids, 0)
+    return batch
+
+
+def test_varlen_gives_hf_t5s_vectors_and_the_padded_loss(tiny_t5, pairs_file, tmp_path):
+    from test_trainer import cfg_for, trainer_and_batch
+
+    from supergrep.backends.torch_t5_varlen import varlen_forward
+    from supergrep.train.data import pack_documents
+
+    trainer, batch = trainer_and_batch(cfg_for(tiny_t5, pairs_file, tmp_path, packing=True,
+                                               attn_implementation="varlen"))
+    trainer.model.eval()  # no dropout: both forwards must agree to rounding
+    batch = _short(trainer, batch)
+    batch.packed = pack_documents(batch.d_ids, batch.d_mask, 200, 0)
+    q_ids, q_mask, d_ids, d_mask = trainer._to_device(batch)
+    with torch.no_grad():
+        padded = trainer.encode(d_ids, d_mask)  # HF's own forward, one document per row
+        varlen = trainer.encode_documents(d_ids, d_mask, trainer.packed_to_device(batch))
+        torch.testing.assert_close(varlen[d_mask], padded[d_mask], atol=2e-5, rtol=1e-4)
+        ref = trainer.model(input_ids=d_ids, attention_mask=d_mask.long()).last_hidden_state
+        f = flatten_queries_and_documents(batch.q_ids[:0], batch.q_mask[:0], batch.d_ids, batch.d_mask)
+        ids, cu = torch.from_numpy(f.ids), torch.from_numpy(f.cu)
+        for fuse in (True, False):  # fused LoRA projections and the modules one by one
+            hidden = varlen_forward(trainer.model, ids, cu, f.max_len, fuse=fuse)
+            torch.testing.assert_close(hidden, ref[d_mask], atol=2e-5, rtol=1e-4)
+    joint = trainer.joint_packed_to_device(batch)
+    assert joint[0] == "varlen" and joint[1].shape[0] == int(q_mask.sum() + d_mask.sum())  # no padding at all
+    l_pad, _ = trainer._step_plain(q_ids, q_mask, d_ids, d_mask)
+    l_var, _ = trainer._step_plain(q_ids, q_mask, d_ids, d_mask, joint=joint)
+    assert float(l_var) == pytest.approx(float(l_pad), rel=1e-5)
+
+
+def test_varlen_gradients_equal_the_padded_forwards(tiny_t5, pairs_file, tmp_path):
+    from test_trainer import cfg_for, trainer_and_batch
+
+    from supergrep.train.data import pack_documents
+
+    trainer, batch = trainer_and_batch(cfg_for(tiny_t5, pairs_file, tmp_path, packing=True,
+                                               attn_implementation="varlen"))
+    trainer.model.eval()
+    batch = _short(trainer, batch)
+    batch.packed = pack_documents(batch.d_ids, batch.d_mask, 200, 0)
+    with torch.no_grad():  # B starts at zero, which would hide a wrong A gradient
+        for n, p in trainer.params.items():
+            if n.endswith("lora_B"):
+                p.normal_(0, 0.05)
+    tensors = trainer._to_device(batch)
+    grads = []
+    for joint in (None, trainer.joint_packed_to_device(batch)):
+        trainer._step_plain(*tensors, joint=joint)
+        grads.append({n: p.grad.clone() for n, p in trainer.params.items()})
+        trainer.optimizer.zero_grad(set_to_none=True)
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) == len(trainer.params)
+    for n in grads[0]:
+        torch.testing.assert_close(grads[1][n], grads[0][n], atol=1e-6, rtol=1e-3, msg=n)
+
+
+def test_varlen_training_steps_update_every_lora_weight(tiny_t5, pairs_file, tmp_path):
+    from test_trainer import cfg_for, trainer_and_batch
+
+    from supergrep.train.data import pack_documents
+
+    trainer, batch = trainer_and_batch(cfg_for(tiny_t5, pairs_file, tmp_path, packing=True,
+                                               attn_implementation="varlen", document_max_tokens=200))
+    batch.packed = pack_documents(batch.d_ids, batch.d_mask, 200, 0)
+    trainer.model.eval()  # no dropout: the same batch's loss must fall
+    before = {n: p.detach().clone() for n, p in trainer.params.items()}
+    losses = [float(trainer.train_step(batch, 5e-3)[0]) for _ in range(4)]
+    assert all(np.isfinite(losses)) and losses[-1] < losses[0]
+    assert [n for n, p in trainer.params.items() if torch.equal(p.detach(), before[n])] == []
+
+
+def test_varlen_needs_packing_and_a_t5_model(tiny_model, tiny_t5, pairs_file, tmp_path):
+    from test_trainer import cfg_for, trainer_and_batch
+
+    with pytest.raises(ConfigError, match="varlen needs packing"):
+        cfg_for(tiny_t5, pairs_file, tmp_path, attn_implementation="varlen")
+    with pytest.raises(UsageError, match="varlen is implemented for T5"):
+        trainer_and_batch(cfg_for(tiny_model, pairs_file, tmp_path, packing=True, attn_implementation="varlen"))
