@@ -24,9 +24,10 @@ for part in $parts; do
     timeout "${CAP_S:-200}" python3 benchmarks/varlen_attention.py --out "$OUT/attn.json" 2>&1 | grep -v Warning | tee "$OUT/attn.txt" | tail -20 ;;
   bench)
     V=${V:-bs=$BS+bf16+compile+flex+packing,bs=$BS+bf16+compile+varlen+packing}
-    timeout "${CAP_S:-420}" python3 -m supergrep bench train -w xtr-base --model-path $model --variants "$V" \
+    TORCH_LOGS=${TORCH_LOGS:-recompiles} timeout "${CAP_S:-420}" python3 -m supergrep bench train -w xtr-base --model-path $model --variants "$V" \
       --steps "${STEPS:-30}" --warmup "${WARM:-10}" --out "$OUT/bench" > "$OUT/bench-log.txt" 2>&1
-    echo "bench rc=$?"; grep -v "Warning\|warn(" "$OUT/bench-log.txt" | tail -12 ;;
+    echo "bench rc=$?"; echo "recompiles: $(grep -c Recompiling "$OUT/bench-log.txt")"
+    grep -v "Warning\|warn(\|__recompiles" "$OUT/bench-log.txt" | tail -8 ;;
   trace)
     mkdir -p "$OUT/trace"
     timeout "${CAP_S:-300}" python3 benchmarks/step_trace.py --model-path $model --workload xtr-base \

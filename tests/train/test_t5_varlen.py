@@ -73,15 +73,25 @@ lengths = [7, 1, 20, 33, 64, 65, 3]  # 1 token, block edges (64, 65) for 16/32/6
 cu = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int32)
 max_len = 80
 table = torch.randn(heads, 2 * dist + 1)
-for dtype, bm, bn in ((torch.float32, 16, 16), (torch.float32, 32, 16), (torch.float16, 16, 32)):
-    qkv = torch.randn(sum(lengths), 3 * heads * d).to(dtype).requires_grad_()
+for dtype, bm, bn, pad in ((torch.float32, 16, 16, 0), (torch.float32, 32, 16, 5), (torch.float16, 16, 32, 0)):
+    # pad > 0: qkv is a strided view of a wider buffer, as the fused q/k/v GEMM writes it
+    qkv = torch.randn(sum(lengths), 3 * heads * d + pad).to(dtype)[:, : 3 * heads * d].requires_grad_()
     ref = reference_attention(qkv.float(), cu, max_len, table, dist, heads, 0.7)
     do = torch.randn_like(ref)
     (g_ref,) = torch.autograd.grad(ref, qkv, do)
     o, lse = K.forward(qkv.detach(), cu, max_len, table, dist, heads, 0.7, block_m=bm, block_n=bn)
     g = K.backward(do.to(dtype), qkv.detach(), o, lse, cu, max_len, table, dist, heads, 0.7, block_m=bm, block_n=bn)
     rel = lambda a, b: float((a.float() - b.float()).norm() / b.float().norm())
-    out[f"{dtype}-{bm}-{bn}"] = [rel(o, ref), rel(g, g_ref), o.dtype == dtype, g.dtype == dtype]
+    out[f"{dtype}-{bm}-{bn}-{pad}"] = [rel(o, ref), rel(g, g_ref), o.dtype == dtype, g.dtype == dtype]
+# the dense (H, W, W) bias matrix (BIAS 2) gives the same as the table gather (BIAS 1)
+qkv = torch.randn(sum(lengths), 3 * heads * d)
+dense = K.dense_bias(table, dist, max_len)
+o1, l1 = K.forward(qkv, cu, max_len, table, dist, heads, 0.7, block_m=32, block_n=16)
+o2, l2 = K.forward(qkv, cu, max_len, dense, dist, heads, 0.7, block_m=32, block_n=16)
+g1 = K.backward(do.float(), qkv, o1, l1, cu, max_len, table, dist, heads, 0.7, block_m=16, block_n=32)
+g2 = K.backward(do.float(), qkv, o2, l2, cu, max_len, dense, dist, heads, 0.7, block_m=16, block_n=32)
+o0, _ = K.forward(qkv, cu, max_len, table, dist, heads, 0.7, block_m=32, block_n=16, bias=0)
+out["dense"] = [float((o2 - o1).abs().max()), float((g2 - g1).abs().max()), float((o0 - o1).abs().max())]
 # through the custom op and its registered backward, eager and compiled
 qkv = torch.randn(sum(lengths), 3 * heads * d, requires_grad=True)
 ref = reference_attention(qkv, cu, max_len, table, dist, heads)
@@ -101,11 +111,13 @@ def test_the_triton_kernels_match_the_reference_in_the_interpreter():
     res = subprocess.run([sys.executable, "-c", KERNEL_CHECK], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    for key, (fwd, bwd, o_dtype, g_dtype) in ((k, v) for k, v in out.items() if k not in ("op", "compiled")):
+    for key, (fwd, bwd, o_dtype, g_dtype) in ((k, v) for k, v in out.items() if k not in ("op", "compiled", "dense")):
         tol = 1e-5 if "float32" in key else 2e-3  # fp16 operands, fp32 accumulation
         assert fwd < tol and bwd < tol and o_dtype and g_dtype, (key, fwd, bwd)
     for key in ("op", "compiled"):
         assert max(out[key]) < 1e-4, (key, out[key])
+    dense_fwd, dense_bwd, no_bias = out["dense"]
+    assert dense_fwd < 1e-5 and dense_bwd < 1e-5 and no_bias > 1e-2  # the bias matters, and both paths add it
 
 
 def _short(trainer, batch):

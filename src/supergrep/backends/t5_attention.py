@@ -13,16 +13,24 @@ import os
 import torch
 
 _BLOCKS = {"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 2}
+DENSE_BIAS = False  # the kernels read the bias from the (H, 2 dist + 1) table (BIAS 1), not a dense matrix
 
 
 def kernel_options() -> dict:
     """The kernels' tile sizes: the defaults, or ``SUPERGREP_T5_ATTN=block_m,block_n,warps,stages``
-    (for benchmarks/gpu_varlen.py's sweep)."""
+    (for benchmarks/varlen_attention.py's sweep)."""
     env = os.environ.get("SUPERGREP_T5_ATTN")
     if not env:
         return dict(_BLOCKS)
     m, n, w, s = (int(x) for x in env.split(","))
     return {"block_m": m, "block_n": n, "num_warps": w, "num_stages": s}
+
+
+def use_dense_bias() -> bool:
+    """Whether the kernels read a dense (H, W, W) bias matrix built once per step (BIAS 2) instead
+    of gathering from the small table per score (``SUPERGREP_T5_BIAS=dense|table`` overrides)."""
+    env = os.environ.get("SUPERGREP_T5_BIAS")
+    return DENSE_BIAS if not env else env == "dense"
 
 
 def padded_index(cu: torch.Tensor, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,7 +51,10 @@ def reference_attention(qkv: torch.Tensor, cu: torch.Tensor, max_len: int, table
     idx, valid = padded_index(cu, max_len)
     q, k, v = qkv.float()[idx].view(idx.shape[0], max_len, 3, heads, d).permute(2, 0, 3, 1, 4)
     pos = torch.arange(max_len, device=qkv.device)
-    bias = table.float()[:, (pos[None, :] - pos[:, None]).clamp(-dist, dist) + dist]  # (H, T, T)
+    if table.dim() == 3:  # a dense (H, W, W) matrix (triton_t5_attention.dense_bias)
+        bias = table.float()[:, :max_len, :max_len]
+    else:
+        bias = table.float()[:, (pos[None, :] - pos[:, None]).clamp(-dist, dist) + dist]  # (H, T, T)
     scores = (q @ k.transpose(-1, -2)) * scale + bias[None]
     probs = scores.masked_fill(~valid[:, None, None, :], float("-inf")).softmax(-1)
     o = (probs @ v).permute(0, 2, 1, 3).reshape(idx.shape[0], max_len, heads * d)
@@ -74,7 +85,7 @@ def _attn_bwd(do: torch.Tensor, qkv: torch.Tensor, o: torch.Tensor, lse: torch.T
 
 @_attn_bwd.register_fake
 def _(do, qkv, o, lse, cu, table, max_len, dist, heads, scale):
-    return torch.empty_like(qkv)
+    return qkv.new_empty(qkv.shape)  # contiguous, as the kernels write it (qkv may be a strided view)
 
 
 def _setup(ctx, inputs, output):
@@ -100,8 +111,8 @@ def t5_varlen_attention(qkv: torch.Tensor, cu: torch.Tensor, max_len: int, table
     Args:
         cu: (n_docs + 1,) int32 start offsets of the documents in the flat layout (cu[-1] = N).
         max_len: the longest document (sizes the kernels' grid; a host integer, no sync).
-        table: (heads, 2 * dist + 1) float32 position bias by clamped relative position (frozen:
-            no gradient flows into it).
+        table: (heads, 2 * dist + 1) float32 position bias by clamped relative position, or the
+            dense (heads, W, W) matrix of it with W >= max_len (frozen: no gradient flows into it).
     """
     if qkv.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":  # the kernels (on a CPU: Triton's interpreter)
         return _attn(qkv, cu, table.detach().float().contiguous(), max_len, int(dist), int(heads),

@@ -1,9 +1,17 @@
 """Fused LoRA projections: several ``LoRALinear`` layers that read the same input in one pass.
 
 Unfused (PEFT-style) LoRA costs about five extra full passes over the (N, out) activations per
-projection in forward + backward (the base output, the low-rank product, their sum, and the
-same again for the gradients); here the frozen weights and the A's share one GEMM, the
-low-rank update is one ``addmm`` onto it, and the backward mirrors that: about two extra passes.
+projection in forward + backward (the low-rank product, the sum, and the same again for the
+gradients), plus a GEMM launch each for the base and the two thin products. Here the update is
+folded into the frozen weight for the step (``W + scale * B A``, a weight-sized product) and
+that merged weight and the A's share one GEMM, so the forward makes no extra pass over the
+activations at all; the backward's input gradient and ``g B`` share one GEMM too, and only the
+two thin weight-gradient GEMMs read the activations again.
+
+Rounding: under bf16 autocast the merged weight is rounded to bf16 once per step, so the update
+reaches the forward with a rounding error of the order of the frozen weight's own bf16 rounding
+(which the unfused path has too); the gradients of A and B are exact (they come from ``x A^T``
+and ``g B``, not from the merged weight).
 """
 
 from __future__ import annotations
@@ -46,49 +54,48 @@ def _cat(ts: list[torch.Tensor]) -> torch.Tensor:
     return ts[0] if len(ts) == 1 else torch.cat(ts)
 
 
-def _forward(x, w, a, b, bias, outs, scale):
-    """(y, u, block-diagonal B) for flat x (N, in); everything already in the compute dtype."""
+def _forward(x, w, a, b, bias, outs, scale, dtype):
+    """(y, u, merged weight, block-diagonal B) for flat x (N, in). ``w``, ``a``, ``b`` are the
+    float32 masters; the merged weight is formed in float32 and rounded to ``dtype`` once."""
     n_out = w.shape[0]
     bd = b if len(outs) == 1 else torch.block_diag(*b.split(outs))  # (sum_out, k*r), small
-    wa = torch.cat([w, a])
+    w_eff = (w + scale * (bd @ a)).to(dtype)  # weight-sized: no pass over the activations
+    wa = torch.cat([w_eff, a.to(dtype)])
     if bias is None:
         h = x @ wa.t()
     else:  # the bias rides in the GEMM's epilogue (zeros for the A columns)
-        h = torch.addmm(torch.cat([bias, bias.new_zeros(a.shape[0])]), x, wa.t())
-    # own storage: saving a view of h would keep all of h alive until backward
-    u = h[:, n_out:].contiguous()
-    y = torch.addmm(h[:, :n_out], u, bd.t(), alpha=scale)
-    return y, u, bd
+        h = torch.addmm(torch.cat([bias, bias.new_zeros(a.shape[0])]).to(dtype), x, wa.t())
+    # own storage for u (small): saving a view of h would keep all of h alive until backward
+    return h[:, :n_out], h[:, n_out:].contiguous(), w_eff, bd.to(dtype)
 
 
 class _FusedLoRA(torch.autograd.Function):
-    """y = x [W; A]^T split, then y0 + scale * u blockdiag(B)^T. W and bias are frozen."""
+    """y = x [W + s B A; A]^T, split: y and u = x A^T. W and bias are frozen."""
 
     @staticmethod
-    def forward(ctx, x, w, a, b, bias, outs, scale):
-        y, u, bd = _forward(x, w, a, b, bias, outs, scale)
-        ctx.save_for_backward(x, u, w, a, bd)
+    def forward(ctx, x, w, a, b, bias, outs, scale, dtype):
+        y, u, w_eff, bd = _forward(x, w, a, b, bias, outs, scale, dtype)
+        ctx.save_for_backward(x, u, w_eff, a.to(dtype), bd)
         ctx.outs, ctx.scale, ctx.device_type = outs, scale, x.device.type
         return y
 
     @staticmethod
     def backward(ctx, g):
-        x, u, w, a, bd = ctx.saved_tensors
+        x, u, w_eff, a, bd = ctx.saved_tensors
         outs, scale = ctx.outs, ctx.scale
         need_x, _, need_a, need_b = ctx.needs_input_grad[:4]
         gx = ga = gb = None
         # the compute dtype was fixed in forward; a surrounding autocast must not change it
         with torch.autocast(ctx.device_type, enabled=False):
             g = g.to(x.dtype)
-            if need_x:  # one GEMM for both g W and v = g blockdiag(B)
+            if need_x:  # one GEMM for both g (W + s B A) and v = g blockdiag(B)
                 n_in = x.shape[1]
-                h = g @ torch.cat([w, bd], dim=1)
-                v = h[:, n_in:]
-                gx = torch.addmm(h[:, :n_in], v, a, alpha=scale)
+                h = g @ torch.cat([w_eff, bd], dim=1)
+                gx, v = h[:, :n_in], h[:, n_in:]
             elif need_a:
                 v = g @ bd
             if need_a:
-                ga = (v.t() * scale) @ x
+                ga = ((v.t() * scale) @ x).float()
             if need_b:  # per module: g_i^T u_i, never the full block-diagonal gradient
                 us = u * scale
                 r = u.shape[1] // len(outs)
@@ -96,29 +103,31 @@ class _FusedLoRA(torch.autograd.Function):
                 for i, n in enumerate(outs):
                     parts.append(g[:, o:o + n].t() @ us[:, i * r:(i + 1) * r])
                     o += n
-                gb = _cat(parts)
-        return gx, None, ga, gb, None, None, None
+                gb = _cat(parts).float()
+        return gx, None, ga, gb, None, None, None, None
 
 
 def fused_lora_linear(x: torch.Tensor, mods: Sequence[LoRALinear]) -> torch.Tensor:
-    """``torch.cat([m(x) for m in mods], dim=-1)`` in two passes over the activations.
+    """``torch.cat([m(x) for m in mods], dim=-1)`` with no extra pass over the activations in
+    forward and two in backward (module docstring).
 
     Only for modules where ``fusable(mods)`` holds. Under autocast the matmuls run in the
     autocast dtype (as ``F.linear`` would) and so does the output; otherwise in ``x.dtype``.
+    The output may be a strided view (one GEMM writes it beside ``x A^T``).
     """
     dev = x.device.type
     dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
     m0 = mods[0]
-    # cast here, outside the Function, so autograd casts the fp32 A/B gradients back
     x2 = x.reshape(-1, x.shape[-1]).to(dtype)
-    w = _cat([m.base.weight.to(dtype) for m in mods])
-    a = _cat([m.lora_A.to(dtype) for m in mods])
-    b = _cat([m.lora_B.to(dtype) for m in mods])
-    bias = None if m0.base.bias is None else _cat([m.base.bias.to(dtype) for m in mods])
+    # the float32 masters go in: the update is merged into the frozen weight before rounding
+    w = _cat([m.base.weight.float() for m in mods])
+    a = _cat([m.lora_A.float() for m in mods])
+    b = _cat([m.lora_B.float() for m in mods])
+    bias = None if m0.base.bias is None else _cat([m.base.bias.float() for m in mods])
     outs = tuple(m.out_features for m in mods)
     with torch.autocast(dev, enabled=False):
         if torch.is_grad_enabled() and (x2.requires_grad or a.requires_grad or b.requires_grad):
-            y = _FusedLoRA.apply(x2, w, a, b, bias, outs, m0.scale)
+            y = _FusedLoRA.apply(x2, w, a, b, bias, outs, m0.scale, dtype)
         else:
-            y = _forward(x2, w, a, b, bias, outs, m0.scale)[0]
-    return y.view(*x.shape[:-1], y.shape[-1])
+            y = _forward(x2, w, a, b, bias, outs, m0.scale, dtype)[0]
+    return y.reshape(*x.shape[:-1], y.shape[-1])

@@ -18,10 +18,9 @@ class TorchOps:
         return torch.einsum(spec, *xs)
 
     def where(self, cond: torch.Tensor, a: Any, b: Any) -> torch.Tensor:
-        if not torch.is_tensor(a):
-            a = torch.as_tensor(a, dtype=b.dtype, device=b.device)
-        if not torch.is_tensor(b):
-            b = torch.as_tensor(b, dtype=a.dtype, device=a.device)
+        # A Python scalar goes to torch.where as it is: turning it into a device tensor first
+        # (torch.as_tensor) is a blocking host-to-device copy, a full device sync per call, which
+        # stalled every GPU training step 6 times (docs/performance.md, "The varlen path").
         return torch.where(cond, a, b)
 
     def max(self, x: torch.Tensor, axis: int) -> torch.Tensor:

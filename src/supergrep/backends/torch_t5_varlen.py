@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from supergrep.backends.t5_attention import t5_varlen_attention
+from supergrep.backends.t5_attention import t5_varlen_attention, use_dense_bias
 from supergrep.backends.torch_fused_lora import fusable, fused_lora_linear
 from supergrep.backends.torch_t5_flex import bias_table
 
@@ -39,6 +39,10 @@ def varlen_forward(encoder: nn.Module, ids: torch.Tensor, cu: torch.Tensor, max_
     ``ids`` (N,), sequences starting at ``cu`` (n + 1,) int32, none longer than ``max_len``."""
     stack = encoder.encoder
     table, dist = bias_table(encoder)
+    if ids.is_cuda and use_dense_bias():  # once per step, shared by the 12 layers
+        from supergrep.backends.triton_t5_attention import dense_bias
+
+        table = dense_bias(table.detach(), dist, max_len)
     h = stack.dropout(stack.embed_tokens(ids))  # (N, d_model)
     for block in stack.block:
         sa_layer, ff_layer = block.layer[0], block.layer[-1]

@@ -140,6 +140,9 @@ class TorchTrainer:
                                   else self._encode_flex_eager)
         self._encode_varlen_impl = (torch.compile(self._encode_varlen_eager, dynamic=True, mode=mode) if cfg.compile
                                     else self._encode_varlen_eager)
+        # The loss too (MaxSim's masking and maxima over the (queries, tokens, documents, tokens)
+        # similarities as one fused pass each way, instead of a dozen eager kernels per chunk).
+        self._loss_impl = torch.compile(self._loss_eager, dynamic=True, mode=mode) if cfg.compile else self._loss_eager
         self.params = self._named_trainable()
         decay = [p for n, p in self.params.items() if p.ndim >= 2]
         no_decay = [p for n, p in self.params.items() if p.ndim < 2]
@@ -333,8 +336,11 @@ class TorchTrainer:
             return None
         return self._teacher_vectors(q_ids, q_mask), self._teacher_vectors(d_ids, d_mask)
 
-    def _loss(self, q, qm, d, dm, teacher=None, listwise=None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _loss_eager(self, q, qm, d, dm, teacher=None, listwise=None) -> tuple[torch.Tensor, torch.Tensor]:
         return self.loss_fn(self.ops, q, qm, d, dm, teacher, listwise)
+
+    def _loss(self, q, qm, d, dm, teacher=None, listwise=None) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._loss_impl(q, qm, d, dm, teacher, listwise)
 
     def _move(self, *arrays: np.ndarray) -> tuple[torch.Tensor, ...]:
         """Host arrays on the device (pinned and non-blocking on CUDA)."""

@@ -23,20 +23,29 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-LOG2E = 1.4426950408889634
+LOG2E = tl.constexpr(1.4426950408889634)  # a global inside @triton.jit must be a constexpr
 
 
 @triton.jit
-def _bias(table_ptr, h, rows, cols, dist, table_w):
-    rel = cols[None, :] - rows[:, None]
-    rel = tl.minimum(tl.maximum(rel, -dist), dist) + dist
-    return tl.load(table_ptr + h * table_w + rel)
+def _bias(table_ptr, h, rows, cols, dist, table_w, BIAS: tl.constexpr):
+    """The (rows, cols) tile of head h's position bias. BIAS 1: gathered from the (H, 2 dist + 1)
+    table by clamped relative position; 2: a tile of a dense (H, W, W) matrix (W = table_w),
+    coalesced; 0: none (for timing the bias' cost only)."""
+    if BIAS == 1:
+        rel = cols[None, :] - rows[:, None]
+        rel = tl.minimum(tl.maximum(rel, -dist), dist) + dist
+        return tl.load(table_ptr + h * table_w + rel)
+    elif BIAS == 2:
+        inside = (rows < table_w)[:, None] & (cols < table_w)[None, :]
+        return tl.load(table_ptr + (h * table_w + rows[:, None]) * table_w + cols[None, :], mask=inside, other=0.0)
+    else:
+        return tl.zeros([rows.shape[0], cols.shape[0]], tl.float32)
 
 
 @triton.jit
 def t5_attn_fwd_kernel(QKV, Out, LSE, CU, TABLE, stride_tok, stride_otok, n_heads, dist, table_w, sm_scale, n_tokens,
                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                IEEE: tl.constexpr):
+                IEEE: tl.constexpr, BIAS: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     doc = pid_bh // n_heads
@@ -67,7 +76,7 @@ def t5_attn_fwd_kernel(QKV, Out, LSE, CU, TABLE, stride_tok, stride_otok, n_head
                 s = tl.dot(q, tl.trans(k), input_precision="ieee")
             else:
                 s = tl.dot(q, tl.trans(k))
-            s = (s * sm_scale + _bias(TABLE, h, rows, cols, dist, table_w)) * LOG2E  # log2 domain
+            s = (s * sm_scale + _bias(TABLE, h, rows, cols, dist, table_w, BIAS)) * LOG2E  # log2 domain
             s = tl.where(mask_n[None, :], s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             p = tl.math.exp2(s - m_new[:, None])
@@ -87,9 +96,10 @@ def t5_attn_fwd_kernel(QKV, Out, LSE, CU, TABLE, stride_tok, stride_otok, n_head
 
 
 @triton.jit
-def t5_attn_bwd_dkdv_kernel(QKV, DO, LSE, DELTA, DQKV, CU, TABLE, stride_tok, stride_dotok, n_heads, dist, table_w,
+def t5_attn_bwd_dkdv_kernel(QKV, DO, LSE, DELTA, DQKV, CU, TABLE, stride_tok, stride_dotok, stride_dqtok, n_heads, dist,
+                     table_w,
                      sm_scale, n_tokens, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-                     BLOCK_N: tl.constexpr, IEEE: tl.constexpr):
+                     BLOCK_N: tl.constexpr, IEEE: tl.constexpr, BIAS: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     doc = pid_bh // n_heads
@@ -124,7 +134,7 @@ def t5_attn_bwd_dkdv_kernel(QKV, DO, LSE, DELTA, DQKV, CU, TABLE, stride_tok, st
                 s = tl.dot(q, tl.trans(k), input_precision="ieee")
             else:
                 s = tl.dot(q, tl.trans(k))
-            s = (s * sm_scale + _bias(TABLE, h, rows, cols, dist, table_w)) * LOG2E
+            s = (s * sm_scale + _bias(TABLE, h, rows, cols, dist, table_w, BIAS)) * LOG2E
             p = tl.math.exp2(s - lse[:, None])
             p = tl.where(mask_m[:, None] & mask_n[None, :], p, 0.0)
             if IEEE:
@@ -139,15 +149,16 @@ def t5_attn_bwd_dkdv_kernel(QKV, DO, LSE, DELTA, DQKV, CU, TABLE, stride_tok, st
             else:
                 dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk)
         dk = dk * sm_scale
-        out = DQKV + tok_n[:, None] * stride_tok + h * HEAD_DIM + offs_d[None, :]
+        out = DQKV + tok_n[:, None] * stride_dqtok + h * HEAD_DIM + offs_d[None, :]
         tl.store(out + hd, dk.to(DQKV.dtype.element_ty), mask=kv_mask)
         tl.store(out + 2 * hd, dv.to(DQKV.dtype.element_ty), mask=kv_mask)
 
 
 @triton.jit
-def t5_attn_bwd_dq_kernel(QKV, DO, LSE, DELTA, DQKV, CU, TABLE, stride_tok, stride_dotok, n_heads, dist, table_w,
+def t5_attn_bwd_dq_kernel(QKV, DO, LSE, DELTA, DQKV, CU, TABLE, stride_tok, stride_dotok, stride_dqtok, n_heads, dist,
+                     table_w,
                    sm_scale, n_tokens, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-                   BLOCK_N: tl.constexpr, IEEE: tl.constexpr):
+                   BLOCK_N: tl.constexpr, IEEE: tl.constexpr, BIAS: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     doc = pid_bh // n_heads
@@ -184,7 +195,7 @@ def t5_attn_bwd_dq_kernel(QKV, DO, LSE, DELTA, DQKV, CU, TABLE, stride_tok, stri
             else:
                 s = tl.dot(q, tl.trans(k))
                 dp = tl.dot(do, tl.trans(v))
-            s = (s * sm_scale + _bias(TABLE, h, rows, cols, dist, table_w)) * LOG2E
+            s = (s * sm_scale + _bias(TABLE, h, rows, cols, dist, table_w, BIAS)) * LOG2E
             p = tl.math.exp2(s - lse[:, None])
             p = tl.where(mask_m[:, None] & mask_n[None, :], p, 0.0)
             ds = p * (dp - delta[:, None])
@@ -193,7 +204,7 @@ def t5_attn_bwd_dq_kernel(QKV, DO, LSE, DELTA, DQKV, CU, TABLE, stride_tok, stri
             else:
                 dq = tl.dot(ds.to(k.dtype), k, dq)
         dq = dq * sm_scale
-        tl.store(DQKV + tok_m[:, None] * stride_tok + h * HEAD_DIM + offs_d[None, :], dq.to(DQKV.dtype.element_ty),
+        tl.store(DQKV + tok_m[:, None] * stride_dqtok + h * HEAD_DIM + offs_d[None, :], dq.to(DQKV.dtype.element_ty),
                  mask=q_mask)
 
 
@@ -201,37 +212,63 @@ def _block_d(head_dim: int) -> int:
     return max(16, triton.next_power_of_2(head_dim))
 
 
+def _bias_mode(table, bias: int | None) -> int:
+    """2 for a dense (H, W, W) bias matrix, 1 for the (H, 2 dist + 1) table; ``bias`` 0 forces none
+    (timing only)."""
+    if bias is not None:
+        return bias
+    return 2 if table.dim() == 3 else 1
+
+
 def forward(qkv, cu, max_len: int, table, dist: int, heads: int, scale: float, block_m: int = 64, block_n: int = 64,
-            num_warps: int = 4, num_stages: int = 2):
-    """(o (N, H * D) in qkv's dtype, lse (H, N) float32, log2 domain)."""
+            num_warps: int = 4, num_stages: int = 2, bias: int | None = None):
+    """(o (N, H * D) in qkv's dtype, lse (H, N) float32, log2 domain). ``table``: (H, 2 dist + 1),
+    or a dense (H, W, W) matrix with W >= max_len (``dense_bias``)."""
     import torch
 
+    if qkv.stride(1) != 1:  # the kernels step through a token's features one by one
+        qkv = qkv.contiguous()
     n, width = qkv.shape
     head_dim = width // (3 * heads)
     o = torch.empty((n, heads * head_dim), dtype=qkv.dtype, device=qkv.device)
     lse = torch.empty((heads, n), dtype=torch.float32, device=qkv.device)
     n_docs = cu.shape[0] - 1
     grid = (triton.cdiv(max_len, block_m), n_docs * heads)
-    t5_attn_fwd_kernel[grid](qkv, o, lse, cu, table, qkv.stride(0), o.stride(0), heads, dist, table.shape[1], scale, n,
-                      HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,
-                      IEEE=qkv.dtype == torch.float32, num_warps=num_warps, num_stages=num_stages)
+    t5_attn_fwd_kernel[grid](qkv, o, lse, cu, table, qkv.stride(0), o.stride(0), heads, dist, table.shape[-1], scale, n,
+                             HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,
+                             IEEE=qkv.dtype == torch.float32, BIAS=_bias_mode(table, bias), num_warps=num_warps,
+                             num_stages=num_stages)
     return o, lse
 
 
 def backward(do, qkv, o, lse, cu, max_len: int, table, dist: int, heads: int, scale: float, block_m: int = 64,
-             block_n: int = 64, num_warps: int = 4, num_stages: int = 2):
+             block_n: int = 64, num_warps: int = 4, num_stages: int = 2, bias: int | None = None):
     """d(qkv) (N, 3 * H * D) in qkv's dtype."""
     import torch
 
+    if qkv.stride(1) != 1:
+        qkv = qkv.contiguous()
     n, width = qkv.shape
     head_dim = width // (3 * heads)
     do = do.contiguous()
     delta = (o.float() * do.float()).view(n, heads, head_dim).sum(-1).t().contiguous()  # (H, N)
-    dqkv = torch.empty_like(qkv)
+    # its own (contiguous) layout: qkv may be a strided view of a wider GEMM output
+    dqkv = torch.empty(qkv.shape, dtype=qkv.dtype, device=qkv.device)
     n_docs = cu.shape[0] - 1
     common = dict(HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,
-                  IEEE=qkv.dtype == torch.float32, num_warps=num_warps, num_stages=num_stages)
-    args = (qkv, do, lse, delta, dqkv, cu, table, qkv.stride(0), do.stride(0), heads, dist, table.shape[1], scale, n)
+                  IEEE=qkv.dtype == torch.float32, BIAS=_bias_mode(table, bias), num_warps=num_warps,
+                  num_stages=num_stages)
+    args = (qkv, do, lse, delta, dqkv, cu, table, qkv.stride(0), do.stride(0), dqkv.stride(0), heads, dist,
+            table.shape[-1], scale, n)
     t5_attn_bwd_dkdv_kernel[(triton.cdiv(max_len, block_n), n_docs * heads)](*args, **common)
     t5_attn_bwd_dq_kernel[(triton.cdiv(max_len, block_m), n_docs * heads)](*args, **common)
     return dqkv
+
+
+def dense_bias(table, dist: int, width: int):
+    """(H, width, width) float32: position i's bias towards j, ``table[:, clamp(j - i) + dist]``,
+    for the kernels' coalesced BIAS 2 path (built once per step, shared by every layer)."""
+    import torch
+
+    pos = torch.arange(width, device=table.device)
+    return table.float()[:, (pos[None, :] - pos[:, None]).clamp(-dist, dist) + dist].contiguous()
