@@ -77,7 +77,7 @@ for dtype, bm, bn, pad in ((torch.float32, 16, 16, 0), (torch.float32, 32, 16, 5
     # pad > 0: qkv is a strided view of a wider buffer, as the fused q/k/v GEMM writes it
     qkv = torch.randn(sum(lengths), 3 * heads * d + pad).to(dtype)[:, : 3 * heads * d].requires_grad_()
     ref = reference_attention(qkv.float(), cu, max_len, table, dist, heads, 0.7)
-    do = torch.randn_like(ref)
+    do = torch.randn(ref.shape[0], ref.shape[1] + pad)[:, : ref.shape[1]]  # strided too when pad > 0
     (g_ref,) = torch.autograd.grad(ref, qkv, do)
     o, lse = K.forward(qkv.detach(), cu, max_len, table, dist, heads, 0.7, block_m=bm, block_n=bn)
     g = K.backward(do.to(dtype), qkv.detach(), o, lse, cu, max_len, table, dist, heads, 0.7, block_m=bm, block_n=bn)

@@ -208,6 +208,22 @@ def t5_attn_bwd_dq_kernel(QKV, DO, LSE, DELTA, DQKV, CU, TABLE, stride_tok, stri
                  mask=q_mask)
 
 
+@triton.jit
+def t5_attn_bwd_delta_kernel(Out, DO, DELTA, stride_otok, stride_dotok, n_tokens, n_heads,
+                             HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr):
+    """delta[h, t] = sum_d o[t, h, d] * do[t, h, d] (float32): the backward's softmax term, one
+    pass over o and dO (in torch it took two casts, a product and a reduction)."""
+    pid_t = tl.program_id(0)
+    h = tl.program_id(1)
+    toks = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = (toks < n_tokens)[:, None] & (offs_d < HEAD_DIM)[None, :]
+    t64 = toks.to(tl.int64)
+    o = tl.load(Out + t64[:, None] * stride_otok + h * HEAD_DIM + offs_d[None, :], mask=mask, other=0.0)
+    do = tl.load(DO + t64[:, None] * stride_dotok + h * HEAD_DIM + offs_d[None, :], mask=mask, other=0.0)
+    tl.store(DELTA + h * n_tokens + t64, tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1), mask=toks < n_tokens)
+
+
 def _block_d(head_dim: int) -> int:
     return max(16, triton.next_power_of_2(head_dim))
 
@@ -250,8 +266,11 @@ def backward(do, qkv, o, lse, cu, max_len: int, table, dist: int, heads: int, sc
         qkv = qkv.contiguous()
     n, width = qkv.shape
     head_dim = width // (3 * heads)
-    do = do.contiguous()
-    delta = (o.float() * do.float()).view(n, heads, head_dim).sum(-1).t().contiguous()  # (H, N)
+    if do.stride(1) != 1:  # any row stride is fine (dO often is a view of a wider GEMM output)
+        do = do.contiguous()
+    delta = torch.empty((heads, n), dtype=torch.float32, device=qkv.device)
+    t5_attn_bwd_delta_kernel[(triton.cdiv(n, 64), heads)](o, do, delta, o.stride(0), do.stride(0), n, heads,
+                                                          HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), BLOCK_T=64)
     # its own (contiguous) layout: qkv may be a strided view of a wider GEMM output
     dqkv = torch.empty(qkv.shape, dtype=qkv.dtype, device=qkv.device)
     n_docs = cu.shape[0] - 1
