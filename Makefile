@@ -45,9 +45,11 @@ demo: $(VENV)/.installed
 # Where the dev extra installs MLX (mlx[cpu] on Linux x86_64/aarch64, mlx on Apple Silicon), the
 # MLX tests must run: the suite refuses to start if MLX does not import there.
 REQUIRE_MLX := $(shell uname -sm | grep -qE '^(Linux (x86_64|aarch64)|Darwin arm64)$$' && echo 1)
+# Likewise Triton (the varlen attention kernels' tests, in its CPU interpreter): Linux x86_64, Python >= 3.11.
+REQUIRE_TRITON := $(shell uname -sm | grep -qE '^Linux x86_64$$' && $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' && echo 1)
 
 test: $(VENV)/.dev
-	SUPERGREP_REQUIRE_MLX=$(REQUIRE_MLX) $(BIN)/python -m pytest -q
+	SUPERGREP_REQUIRE_MLX=$(REQUIRE_MLX) SUPERGREP_REQUIRE_TRITON=$(REQUIRE_TRITON) $(BIN)/python -m pytest -q
 
 # The public evaluation set (eval/public): fetch its corpora from PyPI, print the quality table.
 EVAL_ARGS = --queries eval/public/queries.jsonl -t python \

@@ -21,6 +21,14 @@ def pytest_sessionstart(session):
         except ImportError as exc:
             raise pytest.UsageError(f"SUPERGREP_REQUIRE_MLX=1 but MLX does not import ({exc}); "
                                     f"pip install -e '.[dev]' installs mlx[cpu] on Linux") from None
+    # Likewise Triton where the dev extra installs it (Linux x86_64): the varlen attention kernels'
+    # interpreter test must run there.
+    if os.environ.get("SUPERGREP_REQUIRE_TRITON") == "1":
+        try:
+            import triton  # noqa: F401
+        except ImportError as exc:
+            raise pytest.UsageError(f"SUPERGREP_REQUIRE_TRITON=1 but Triton does not import ({exc}); "
+                                    f"pip install -e '.[dev]' installs it on Linux x86_64") from None
 
 
 @pytest.fixture(autouse=True)
