@@ -1,5 +1,6 @@
-"""`attn_implementation: varlen`: the T5 encoder over tokens laid end to end (no padding), its
-attention kernels (Triton; run here in Triton's CPU interpreter) and the torch reference."""
+"""`attn_implementation: varlen`: T5, BERT and RoBERTa encoders over tokens laid end to end (no
+padding), the attention kernels (Triton; run here in Triton's CPU interpreter) and the torch
+reference."""
 
 from __future__ import annotations
 
@@ -101,6 +102,12 @@ for name, fn in (("op", t5_varlen_attention), ("compiled", torch.compile(t5_varl
     o = fn(qkv, cu, max_len, table, dist, heads)
     (g,) = torch.autograd.grad(o, qkv, do)
     out[name] = [float((o - ref).abs().max()), float((g - g_ref).abs().max())]
+# no bias (BERT: table None) with BERT's 1/sqrt(d) scale, through the op
+o = t5_varlen_attention(qkv, cu, max_len, None, 0, heads, d ** -0.5)
+(g,) = torch.autograd.grad(o, qkv, do)
+ref = reference_attention(qkv, cu, max_len, None, 0, heads, d ** -0.5)
+(g_ref,) = torch.autograd.grad(ref, qkv, do)
+out["nobias"] = [float((o - ref).abs().max()), float((g - g_ref).abs().max())]
 print(json.dumps(out))
 """
 
@@ -111,10 +118,10 @@ def test_the_triton_kernels_match_the_reference_in_the_interpreter():
     res = subprocess.run([sys.executable, "-c", KERNEL_CHECK], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    for key, (fwd, bwd, o_dtype, g_dtype) in ((k, v) for k, v in out.items() if k not in ("op", "compiled", "dense")):
+    for key, (fwd, bwd, o_dtype, g_dtype) in ((k, v) for k, v in out.items() if k not in ("op", "compiled", "dense", "nobias")):
         tol = 1e-5 if "float32" in key else 2e-3  # fp16 operands, fp32 accumulation
         assert fwd < tol and bwd < tol and o_dtype and g_dtype, (key, fwd, bwd)
-    for key in ("op", "compiled"):
+    for key in ("op", "compiled", "nobias"):
         assert max(out[key]) < 1e-4, (key, out[key])
     dense_fwd, dense_bwd, no_bias = out["dense"]
     assert dense_fwd < 1e-5 and dense_bwd < 1e-5 and no_bias > 1e-2  # the bias matters, and both paths add it
@@ -197,10 +204,73 @@ def test_varlen_training_steps_update_every_lora_weight(tiny_t5, pairs_file, tmp
     assert [n for n, p in trainer.params.items() if torch.equal(p.detach(), before[n])] == []
 
 
-def test_varlen_needs_packing_and_a_t5_model(tiny_model, tiny_t5, pairs_file, tmp_path):
+@pytest.fixture(scope="module")
+def tiny_roberta(tmp_path_factory):
+    from tiny_models import make_roberta
+
+    return make_roberta(tmp_path_factory.mktemp("roberta") / "m")
+
+
+@pytest.mark.parametrize("model_fixture", ["tiny_model", "tiny_roberta"])
+def test_bert_and_roberta_varlen_equal_hf_and_the_padded_gradients(model_fixture, request, pairs_file, tmp_path):
+    """BERT (the default MiniLM's architecture) and RoBERTa (positions counted from padding_idx + 1):
+    the varlen forward gives HF's vectors, and a joint step gives the padded step's loss and
+    gradients."""
     from test_trainer import cfg_for, trainer_and_batch
+
+    from supergrep.backends.torch_t5_varlen import bert_varlen_forward
+    from supergrep.train.data import pack_documents
+
+    model = request.getfixturevalue(model_fixture)
+    trainer, batch = trainer_and_batch(cfg_for(model, pairs_file, tmp_path, packing=True,
+                                               attn_implementation="varlen"))
+    trainer.model.eval()
+    batch = _short(trainer, batch)
+    batch.packed = pack_documents(batch.d_ids, batch.d_mask, 200, 0)
+    q_ids, q_mask, d_ids, d_mask = trainer._to_device(batch)
+    with torch.no_grad():
+        ref = trainer.model(input_ids=d_ids, attention_mask=d_mask.long()).last_hidden_state
+        f = flatten_queries_and_documents(batch.q_ids[:0], batch.q_mask[:0], batch.d_ids, batch.d_mask)
+        for fuse in (True, False):
+            hidden = bert_varlen_forward(trainer.model, torch.from_numpy(f.ids), torch.from_numpy(f.pos),
+                                         torch.from_numpy(f.cu), f.max_len, trainer._pack_offset, fuse=fuse)
+            torch.testing.assert_close(hidden, ref[d_mask], atol=2e-5, rtol=1e-4)
+        for n, p in trainer.params.items():  # non-zero B: a wrong A gradient must show
+            if n.endswith("lora_B"):
+                p.normal_(0, 0.05)
+    tensors = trainer._to_device(batch)
+    out = []
+    for joint in (None, trainer.joint_packed_to_device(batch)):
+        loss, _ = trainer._step_plain(*tensors, joint=joint)
+        out.append((float(loss), {n: p.grad.clone() for n, p in trainer.params.items()}))
+        trainer.optimizer.zero_grad(set_to_none=True)
+    assert out[1][0] == pytest.approx(out[0][0], rel=1e-5)
+    for n in out[0][1]:
+        torch.testing.assert_close(out[1][1][n], out[0][1][n], atol=1e-6, rtol=1e-3, msg=n)
+
+
+def test_plain_frozen_projections_fuse_into_one_gemm(tiny_model):
+    """Inference (no LoRA): q, k, v of a plain model as one GEMM over the stacked weights."""
+    from transformers import AutoModel
+
+    from supergrep.backends.torch_t5_varlen import project
+
+    model = AutoModel.from_pretrained(str(tiny_model)).eval()
+    sa = model.encoder.layer[0].attention.self
+    for p in model.parameters():
+        p.requires_grad_(False)
+    x = torch.randn(5, sa.query.in_features)
+    want = torch.cat([sa.query(x), sa.key(x), sa.value(x)], -1)
+    torch.testing.assert_close(project(x, [sa.query, sa.key, sa.value]), want)
+
+
+def test_varlen_needs_packing_and_a_supported_model(tiny_t5, pairs_file, tmp_path):
+    from test_trainer import cfg_for, trainer_and_batch
+
+    from tiny_models import make_mpnet
 
     with pytest.raises(ConfigError, match="varlen needs packing"):
         cfg_for(tiny_t5, pairs_file, tmp_path, attn_implementation="varlen")
-    with pytest.raises(UsageError, match="varlen is implemented for T5"):
-        trainer_and_batch(cfg_for(tiny_model, pairs_file, tmp_path, packing=True, attn_implementation="varlen"))
+    with pytest.raises(UsageError, match="not supported for mpnet models"):  # packing's own refusal comes first
+        trainer_and_batch(cfg_for(make_mpnet(tmp_path / "mpnet"), pairs_file, tmp_path, packing=True,
+                                  attn_implementation="varlen"))

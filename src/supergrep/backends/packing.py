@@ -98,12 +98,15 @@ class Flat:
             widened to the wider of the two), its index into ``ids``; padding points at N, one past
             the end (a zero vector the trainer appends).
         max_len: the longest sequence.
+        pos: (N,) each token's position within its own sequence (for absolute position
+            embeddings: BERT, RoBERTa).
     """
 
     ids: np.ndarray
     cu: np.ndarray
     gather: np.ndarray
     max_len: int
+    pos: np.ndarray
 
 
 def flatten_queries_and_documents(q_ids: np.ndarray, q_mask: np.ndarray, d_ids: np.ndarray,
@@ -112,8 +115,8 @@ def flatten_queries_and_documents(q_ids: np.ndarray, q_mask: np.ndarray, d_ids: 
 
     >>> f = flatten_queries_and_documents(np.array([[5, 6]]), np.array([[1, 1]], bool),
     ...                                   np.array([[7, 8, 9], [4, 0, 0]]), np.array([[1, 1, 1], [1, 0, 0]], bool))
-    >>> f.ids.tolist(), f.cu.tolist(), f.gather.tolist(), f.max_len
-    ([5, 6, 7, 8, 9, 4], [0, 2, 5, 6], [[0, 1, 6], [2, 3, 4], [5, 6, 6]], 3)
+    >>> f.ids.tolist(), f.cu.tolist(), f.gather.tolist(), f.max_len, f.pos.tolist()
+    ([5, 6, 7, 8, 9, 4], [0, 2, 5, 6], [[0, 1, 6], [2, 3, 4], [5, 6, 6]], 3, [0, 1, 0, 1, 2, 0])
     """
     width = max(q_ids.shape[1], d_ids.shape[1])
 
@@ -131,4 +134,5 @@ def flatten_queries_and_documents(q_ids: np.ndarray, q_mask: np.ndarray, d_ids: 
     np.cumsum(lengths, out=cu[1:])
     n = int(cu[-1])
     gather = np.where(mask, cu[:-1, None].astype(np.int64) + np.arange(width)[None, :], n)
-    return Flat(ids[mask].astype(np.int64), cu, gather, int(lengths.max()))
+    pos = np.broadcast_to(np.arange(width), mask.shape)[mask].astype(np.int64)
+    return Flat(ids[mask].astype(np.int64), cu, gather, int(lengths.max()), pos)

@@ -47,20 +47,23 @@ def padded_index(cu: torch.Tensor, max_len: int) -> tuple[torch.Tensor, torch.Te
     return torch.where(valid, starts[:, None] + pos[None, :], 0), valid
 
 
-def reference_attention(qkv: torch.Tensor, cu: torch.Tensor, max_len: int, table: torch.Tensor, dist: int,
+def reference_attention(qkv: torch.Tensor, cu: torch.Tensor, max_len: int, table: torch.Tensor | None, dist: int,
                         heads: int, scale: float = 1.0) -> torch.Tensor:
     """The attention in torch (differentiable), computed in float32: documents gathered into a
-    padded (n_docs, heads, max_len, head_dim) layout, scores materialised, scattered back."""
+    padded (n_docs, heads, max_len, head_dim) layout, scores materialised, scattered back.
+    ``table`` None (or empty): no position bias (BERT-style encoders)."""
     n, width = qkv.shape
     d = width // (3 * heads)
     idx, valid = padded_index(cu, max_len)
     q, k, v = qkv.float()[idx].view(idx.shape[0], max_len, 3, heads, d).permute(2, 0, 3, 1, 4)
     pos = torch.arange(max_len, device=qkv.device)
-    if table.dim() == 3:  # a dense (H, W, W) matrix (triton_t5_attention.dense_bias)
-        bias = table.float()[:, :max_len, :max_len]
-    else:
-        bias = table.float()[:, (pos[None, :] - pos[:, None]).clamp(-dist, dist) + dist]  # (H, T, T)
-    scores = (q @ k.transpose(-1, -2)) * scale + bias[None]
+    scores = (q @ k.transpose(-1, -2)) * scale
+    if table is not None and table.numel():
+        if table.dim() == 3:  # a dense (H, W, W) matrix (triton_t5_attention.dense_bias)
+            bias = table.float()[:, :max_len, :max_len]
+        else:
+            bias = table.float()[:, (pos[None, :] - pos[:, None]).clamp(-dist, dist) + dist]  # (H, T, T)
+        scores = scores + bias[None]
     probs = scores.masked_fill(~valid[:, None, None, :], float("-inf")).softmax(-1)
     o = (probs @ v).permute(0, 2, 1, 3).reshape(idx.shape[0], max_len, heads * d)
     return o[valid].to(qkv.dtype)  # documents are contiguous and in order, so valid rows are the flat tokens
@@ -109,7 +112,7 @@ def _backward(ctx, do, _dlse):
 _attn.register_autograd(_backward, setup_context=_setup)
 
 
-def t5_varlen_attention(qkv: torch.Tensor, cu: torch.Tensor, max_len: int, table: torch.Tensor, dist: int,
+def t5_varlen_attention(qkv: torch.Tensor, cu: torch.Tensor, max_len: int, table: torch.Tensor | None, dist: int,
                         heads: int, scale: float = 1.0) -> torch.Tensor:
     """Attention output (N, heads * head_dim) of the flat ``qkv`` (N, 3 * heads * head_dim).
 
@@ -117,8 +120,12 @@ def t5_varlen_attention(qkv: torch.Tensor, cu: torch.Tensor, max_len: int, table
         cu: (n_docs + 1,) int32 start offsets of the documents in the flat layout (cu[-1] = N).
         max_len: the longest document (sizes the kernels' grid; a host integer, no sync).
         table: (heads, 2 * dist + 1) float32 position bias by clamped relative position, or the
-            dense (heads, W, W) matrix of it with W >= max_len (frozen: no gradient flows into it).
+            dense (heads, W, W) matrix of it with W >= max_len (frozen: no gradient flows into it);
+            None: no bias (BERT-style encoders, whose positions are in the embeddings).
+        scale: on the scores (T5: 1.0; BERT: 1 / sqrt(head_dim)).
     """
+    if table is None:
+        table = qkv.new_empty(0, dtype=torch.float32)  # the kernels' BIAS 0
     if qkv.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":  # the kernels (on a CPU: Triton's interpreter)
         return _attn(qkv, cu, table.detach().float().contiguous(), max_len, int(dist), int(heads),
                      float(scale))[0]

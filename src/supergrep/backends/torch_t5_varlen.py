@@ -1,5 +1,6 @@
-"""A T5 encoder forward over tokens laid end to end, no padding and no rows
-(`attn_implementation: varlen`): the fast training path for T5/XTR encoders.
+"""Encoder forwards over tokens laid end to end, no padding and no rows (`attn_implementation:
+varlen`): T5/XTR (``varlen_forward``) and BERT/RoBERTa (``bert_varlen_forward``, the default
+MiniLM) encoders.
 
 Why: the flex path (``torch_t5_flex.py``) packs documents into 512-token rows and lets
 FlexAttention skip whole 128 x 128 blocks between documents; at code-chunk lengths (~159 tokens)
@@ -26,9 +27,13 @@ from supergrep.backends.torch_t5_flex import bias_table
 
 def project(x: torch.Tensor, mods: list[nn.Module], fuse: bool = True) -> torch.Tensor:
     """The outputs of ``mods`` on ``x``, concatenated on the last axis: one fused LoRA GEMM when
-    they allow it (LoRA-wrapped, no LoRA dropout, no QAT), else one call each."""
+    they allow it (LoRA-wrapped, no LoRA dropout, no QAT), one GEMM over the stacked weights for
+    plain frozen Linear layers (inference), else one call each."""
     if fuse and fusable(mods):
         return fused_lora_linear(x, mods)
+    if fuse and len(mods) > 1 and all(type(m) is nn.Linear and not m.weight.requires_grad for m in mods):
+        bias = None if mods[0].bias is None else torch.cat([m.bias for m in mods])
+        return nn.functional.linear(x, torch.cat([m.weight for m in mods]), bias)
     outs = [m(x) for m in mods]
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
 
@@ -60,3 +65,28 @@ def varlen_forward(encoder: nn.Module, ids: torch.Tensor, cu: torch.Tensor, max_
             a = ff.act(project(x, [ff.wi], fuse))
         h = h + ff_layer.dropout(project(ff.dropout(a), [ff.wo], fuse))
     return stack.dropout(stack.final_layer_norm(h))
+
+
+def bert_varlen_forward(model: nn.Module, ids: torch.Tensor, pos: torch.Tensor, cu: torch.Tensor, max_len: int,
+                        position_offset: int = 0, fuse: bool = True) -> torch.Tensor:
+    """Last hidden states (N, hidden) of an HF BERT / RoBERTa model over the flat tokens ``ids``
+    (N,), ``pos`` each token's position in its own sequence (RoBERTa counts from
+    ``position_offset`` = padding_idx + 1), sequences starting at ``cu``. Post-LN layers as HF's;
+    no dropout on attention probabilities (the kernel has none), the hidden-state dropouts stay."""
+    emb = model.embeddings
+    h = emb.word_embeddings(ids) + emb.position_embeddings(pos + position_offset)
+    if getattr(emb, "token_type_embeddings", None) is not None:
+        h = h + emb.token_type_embeddings.weight[0]  # every token is of type 0
+    h = emb.dropout(emb.LayerNorm(h))
+    for layer in model.encoder.layer:
+        att = layer.attention
+        sa = att.self
+        heads = sa.num_attention_heads
+        qkv = project(h, [sa.query, sa.key, sa.value], fuse)  # (N, 3 * hidden)
+        o = t5_varlen_attention(qkv, cu, max_len, None, 0, heads, sa.attention_head_size ** -0.5)
+        out = att.output
+        h = out.LayerNorm(out.dropout(project(o, [out.dense], fuse)) + h)
+        a = layer.intermediate.intermediate_act_fn(project(h, [layer.intermediate.dense], fuse))
+        ffo = layer.output
+        h = ffo.LayerNorm(ffo.dropout(project(a, [ffo.dense], fuse)) + h)
+    return h

@@ -43,6 +43,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Encoders with absolute position embeddings that `attn_implementation: varlen` runs
+# (torch_t5_varlen.bert_varlen_forward); T5 has its own forward there.
+VARLEN_BERT_TYPES = ("bert", "roberta", "xlm-roberta")
+
 # (ops, q, q_mask, d, d_mask) -> (loss, in-batch accuracy): built by the training loop from
 # supergrep.train.losses; the backend never imports the losses itself.
 LossFn = Callable[[Any, Any, Any, Any, Any], tuple[Any, Any]]
@@ -129,12 +133,15 @@ class TorchTrainer:
                                     else self._encode_packed_eager)
         self._flex = cfg.attn_implementation == "flex"
         self._varlen = cfg.attn_implementation == "varlen"
-        if self._flex or self._varlen:
-            from supergrep.backends.torch_backend import T5_TYPES
+        from supergrep.backends.torch_backend import T5_TYPES
 
-            if spec.model_type not in T5_TYPES:
-                raise UsageError(f"attn_implementation {cfg.attn_implementation} is implemented for T5 encoders, "
-                                 f"not {spec.model_type}; use sdpa")
+        self._t5 = spec.model_type in T5_TYPES
+        if self._flex and not self._t5:
+            raise UsageError(f"attn_implementation flex is implemented for T5 encoders, not {spec.model_type}; "
+                             f"use sdpa")
+        if self._varlen and not (self._t5 or spec.model_type in VARLEN_BERT_TYPES):
+            raise UsageError(f"attn_implementation varlen is implemented for T5, BERT and RoBERTa encoders, not "
+                             f"{spec.model_type}; use sdpa")
         self._pad_id = int(getattr(model.config, "pad_token_id", 0) or 0)
         self._encode_flex_impl = (torch.compile(self._encode_flex_eager, dynamic=True, mode=mode) if cfg.compile
                                   else self._encode_flex_eager)
@@ -252,12 +259,16 @@ class TorchTrainer:
         flat = torch.cat([flat, flat.new_zeros(1, flat.shape[-1])])  # the padding slot
         return nn.functional.normalize(flat[gather], p=2, dim=-1)
 
-    def _encode_varlen_eager(self, ids, cu, gather, max_len: int) -> torch.Tensor:
-        from supergrep.backends.torch_t5_varlen import varlen_forward
+    def _encode_varlen_eager(self, ids, cu, gather, max_len: int, pos) -> torch.Tensor:
+        from supergrep.backends.torch_t5_varlen import bert_varlen_forward, varlen_forward
 
         with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
                             enabled=self.amp_dtype is not None):
-            vecs = self.proj(varlen_forward(self.model, ids, cu, max_len))  # (N, dim)
+            if self._t5:
+                hidden = varlen_forward(self.model, ids, cu, max_len)
+            else:
+                hidden = bert_varlen_forward(self.model, ids, pos, cu, max_len, self._pack_offset)
+            vecs = self.proj(hidden)  # (N, dim)
         flat = vecs.float()
         flat = torch.cat([flat, flat.new_zeros(1, flat.shape[-1])])  # the padding slot
         return nn.functional.normalize(flat[gather], p=2, dim=-1)
@@ -281,8 +292,8 @@ class TorchTrainer:
 
             ids, mask = d_ids.cpu().numpy(), d_mask.cpu().numpy()
             f = flatten_queries_and_documents(ids[:0], mask[:0], ids, mask)
-            ids_t, cu, gather = self._move(f.ids, f.cu, f.gather)
-            return self._encode_varlen_impl(ids_t, cu, gather, -(-f.max_len // 64) * 64)
+            ids_t, cu, gather, pos = self._move(f.ids, f.cu, f.gather, f.pos)
+            return self._encode_varlen_impl(ids_t, cu, gather, -(-f.max_len // 64) * 64, pos)
         if self._flex:
             return self._encode_flex(packed)
         return self._encode_packed_impl(*packed)
@@ -296,9 +307,9 @@ class TorchTrainer:
             from supergrep.backends.packing import flatten_queries_and_documents
 
             f = flatten_queries_and_documents(batch.q_ids, batch.q_mask, batch.d_ids, batch.d_mask)
-            ids, cu, gather = self._move(f.ids, f.cu, f.gather)
+            ids, cu, gather, pos = self._move(f.ids, f.cu, f.gather, f.pos)
             # the kernels' grid only needs an upper bound: a multiple of 64 keeps compiled shapes few
-            return ("varlen", ids, cu, gather, -(-f.max_len // 64) * 64)
+            return ("varlen", ids, cu, gather, -(-f.max_len // 64) * 64, pos)
         from supergrep.backends.packing import pack_queries_and_documents
 
         p = pack_queries_and_documents(batch.q_ids, batch.q_mask, batch.d_ids, batch.d_mask,

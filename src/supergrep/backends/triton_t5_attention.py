@@ -229,10 +229,12 @@ def _block_d(head_dim: int) -> int:
 
 
 def _bias_mode(table, bias: int | None) -> int:
-    """2 for a dense (H, W, W) bias matrix, 1 for the (H, 2 dist + 1) table; ``bias`` 0 forces none
-    (timing only)."""
+    """2 for a dense (H, W, W) bias matrix, 1 for the (H, 2 dist + 1) table, 0 for an empty table
+    (no bias: BERT-style encoders); ``bias`` overrides (0 times a T5 layer without its bias)."""
     if bias is not None:
         return bias
+    if table.numel() == 0:
+        return 0
     return 2 if table.dim() == 3 else 1
 
 
@@ -250,9 +252,11 @@ def forward(qkv, cu, max_len: int, table, dist: int, heads: int, scale: float, b
     lse = torch.empty((heads, n), dtype=torch.float32, device=qkv.device)
     n_docs = cu.shape[0] - 1
     grid = (triton.cdiv(max_len, block_m), n_docs * heads)
-    t5_attn_fwd_kernel[grid](qkv, o, lse, cu, table, qkv.stride(0), o.stride(0), heads, dist, table.shape[-1], scale, n,
-                             HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,
-                             IEEE=qkv.dtype == torch.float32, BIAS=_bias_mode(table, bias), num_warps=num_warps,
+    mode = _bias_mode(table, bias)
+    table_arg = table if table.numel() else cu  # BIAS 0 never reads it; an empty tensor has no valid pointer
+    t5_attn_fwd_kernel[grid](qkv, o, lse, cu, table_arg, qkv.stride(0), o.stride(0), heads, dist, table.shape[-1],
+                             scale, n, HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,
+                             IEEE=qkv.dtype == torch.float32, BIAS=mode, num_warps=num_warps,
                              num_stages=num_stages)
     return o, lse
 
@@ -277,8 +281,8 @@ def backward(do, qkv, o, lse, cu, max_len: int, table, dist: int, heads: int, sc
     common = dict(HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,
                   IEEE=qkv.dtype == torch.float32, BIAS=_bias_mode(table, bias), num_warps=num_warps,
                   num_stages=num_stages)
-    args = (qkv, do, lse, delta, dqkv, cu, table, qkv.stride(0), do.stride(0), dqkv.stride(0), heads, dist,
-            table.shape[-1], scale, n)
+    args = (qkv, do, lse, delta, dqkv, cu, table if table.numel() else cu, qkv.stride(0), do.stride(0),
+            dqkv.stride(0), heads, dist, table.shape[-1], scale, n)
     t5_attn_bwd_dkdv_kernel[(triton.cdiv(max_len, block_n), n_docs * heads)](*args, **common)
     t5_attn_bwd_dq_kernel[(triton.cdiv(max_len, block_m), n_docs * heads)](*args, **common)
     return dqkv

@@ -12,8 +12,8 @@ A variant is written as ``+``-joined tokens (``bf16+compile+packing``):
     eager                     eager attention instead of SDPA
     flex                      T5 only, with packing: FlexAttention with the position bias in the kernel,
                               queries and documents packed into one encoder pass (torch_t5_flex.py)
-    varlen                    T5 only, with packing: queries and documents end to end with no padding,
-                              a Triton attention kernel per document, fused LoRA GEMMs (torch_t5_varlen.py)
+    varlen                    T5, BERT, RoBERTa, with packing: queries and documents end to end with no
+                              padding, a Triton attention kernel per sequence, fused LoRA GEMMs (torch_t5_varlen.py)
     padmax | random | bucketed   batching: pad to the cap / random batches padded to their longest /
                               the trainer's length buckets (default)
     packing                   documents packed into rows with a block-diagonal mask
