@@ -3,8 +3,10 @@
 # FlexAttention (benchmarks/varlen_attention.py), then `bench train` of the flex path and the
 # varlen path in the same process, then (optional) a kernel trace of the varlen step.
 #
-#   carry [".gpu/minilm-fp16"];  bash benchmarks/gpu_varlen.sh [attn] [bench] [trace]
+#   carry [".gpu/minilm-fp16"];  bash benchmarks/gpu_varlen.sh [attn] [bench] [trace] [encode] [minilm]
 #
+# encode: `bench encode` of xtr-base and MiniLM, padded vs varlen vs varlen+compile (index-time
+# encoding); minilm: `bench train -w minilm`, joint packing vs varlen (BERT), batch 48 and 192.
 # Env: BS (192), STEPS (30), WARM (10), V (the bench variants), CAP_S per part.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +30,26 @@ for part in $parts; do
       --steps "${STEPS:-30}" --warmup "${WARM:-10}" --out "$OUT/bench" > "$OUT/bench-log.txt" 2>&1
     echo "bench rc=$?"; echo "recompiles: $(grep -c Recompiling "$OUT/bench-log.txt")"
     grep -v "Warning\|warn(\|__recompiles" "$OUT/bench-log.txt" | tail -8 ;;
+  encode)
+    for w in ${EW:-xtr-base minilm}; do
+      cap=$([ $w = xtr-base ] && echo 512 || echo 256)
+      timeout "${CAP_S:-280}" python3 -m supergrep bench encode -w $w --model-path $model --docs "${DOCS:-20000}" \
+        --doc-cap $cap --no-index --modes "${EM:-padded,varlen,varlen+compile}" --out "$OUT/encode" \
+        > "$OUT/encode-$w-log.txt" 2>&1
+      echo "encode $w rc=$?"; grep -v "Warning\|warn(" "$OUT/encode-$w-log.txt" | tail -8
+    done ;;
+  etrace)
+    for w in ${EW:-xtr-base minilm}; do
+      timeout "${CAP_S:-200}" python3 benchmarks/encode_trace.py --workload $w --model-path $model \
+        --doc-cap $([ $w = xtr-base ] && echo 512 || echo 256) --out "$OUT/encode-trace" > "$OUT/encode-trace-$w.txt" 2>&1
+      echo "etrace $w rc=$?"; grep -v "Warning\|warn(" "$OUT/encode-trace-$w.txt" | grep -A12 '"ms"'
+    done ;;
+  minilm)
+    MV=${MV:-bf16+compile+packing,bf16+compile+varlen+packing,bs=192+bf16+compile+packing,bs=192+bf16+compile+varlen+packing}
+    TORCH_LOGS=${TORCH_LOGS:-recompiles} timeout "${CAP_S:-480}" python3 -m supergrep bench train -w minilm --model-path $model \
+      --variants "$MV" --steps "${STEPS:-30}" --warmup "${WARM:-10}" --out "$OUT/minilm" > "$OUT/minilm-log.txt" 2>&1
+    echo "minilm rc=$?"; echo "recompiles: $(grep -c Recompiling "$OUT/minilm-log.txt")"
+    grep -v "Warning\|warn(\|__recompiles" "$OUT/minilm-log.txt" | tail -10 ;;
   trace)
     mkdir -p "$OUT/trace"
     timeout "${CAP_S:-300}" python3 benchmarks/step_trace.py --model-path $model --workload xtr-base \

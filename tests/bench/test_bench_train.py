@@ -162,7 +162,7 @@ def test_bench_cli_train_and_encode(tmp_path):
     got = runner.invoke(cli, ["bench", "train", "-w", "xtr-tiny", "--work-dir", str(tmp_path / "w"), "--steps", "2",
                               "--warmup", "0", "--variants", "fp32+packing", "--json", "--device", "cpu"])
     assert got.exit_code == 0, got.output
-    res = json.loads(got.output)
+    res = json.loads(got.stdout)
     assert [r["variant"] for r in res["rows"]] == ["fp32+packing"]
     assert all("samples_per_s" in r for r in res["rows"]), res["rows"]
     assert res["model_flops"]["n_layers"] == 2 and res["model_flops"]["d_attn"] == 32  # T5: heads x d_kv
@@ -172,11 +172,23 @@ def test_bench_cli_train_and_encode(tmp_path):
     got = runner.invoke(cli, ["bench", "encode", "-w", "minilm-tiny", "--work-dir", str(tmp_path / "w"), "--docs", "20",
                               "--index-root", str(src), "--json", "--device", "cpu", "--out", str(tmp_path / "o")])
     assert got.exit_code == 0, got.output
-    res = json.loads(got.output)
+    res = json.loads(got.stdout)
     fwd, idx = res["rows"]
     assert fwd["tokens_per_s"] > 0 and 0 < fwd["mfu"] < 1
     assert idx["lines"] == 7 and idx["lines_per_s"] > 0, idx
     assert (tmp_path / "o" / "encode-minilm-tiny.md").is_file()
+    # both forward modes on a CPU (varlen: the torch attention), same documents, same tokens
+    got = runner.invoke(cli, ["bench", "encode", "-w", "minilm-tiny", "--work-dir", str(tmp_path / "w"), "--docs", "20",
+                              "--no-index", "--modes", "padded,varlen", "--json", "--device", "cpu"])
+    assert got.exit_code == 0, got.output
+    rows = json.loads(got.stdout)["rows"]
+    assert [r["mode"] for r in rows] == ["padded", "varlen"] and "real tokens" in rows[1]["what"]
+    assert rows[0]["tokens"] == rows[1]["tokens"] and all(r["tokens_per_s"] > 0 for r in rows)
+    assert rows[1]["min_cosine_vs_first"] > 0.9999  # the same vectors (fp32 on a CPU)
+    from cli_runner import run_main
+
+    got = run_main(["bench", "encode", "-w", "minilm-tiny", "--work-dir", tmp_path / "w", "--modes", "padded,fast"])
+    assert got.exit_code == 2 and "unknown mode 'fast'" in got.output
 
 
 def test_bench_train_runs_the_mlx_trainer_on_the_same_workload(tmp_path):

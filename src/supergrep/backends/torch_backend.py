@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import re
@@ -31,6 +32,8 @@ ENCODER_CLASSES = {
     "t5gemma": "T5GemmaEncoderModel",
 }
 T5_TYPES = set(ENCODER_CLASSES)
+# Encoders with a varlen forward (``torch_t5_varlen``): documents laid end to end, no padding.
+VARLEN_TYPES = ("t5", "bert", "roberta", "xlm-roberta")
 
 
 def _one_line(exc: BaseException, limit: int = 200) -> str:
@@ -39,6 +42,11 @@ def _one_line(exc: BaseException, limit: int = 200) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     line = lines[0] if lines else type(exc).__name__
     return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    return default if not value else value not in ("0", "false", "no", "off")
 
 
 def pick_device(device: str = "auto") -> str:
@@ -294,10 +302,29 @@ def load_encoder(spec: ModelSpec, dtype: torch.dtype) -> torch.nn.Module:
     return model.to(dtype)
 
 
+class _Pending:
+    """A queued ``submit_flat``: ``result()`` waits for its device work and gives the vectors."""
+
+    def __init__(self, host: np.ndarray, done):
+        self._host, self._done = host, done
+
+    def result(self) -> np.ndarray:
+        if self._done is not None:
+            self._done.synchronize()
+            self._done = None
+        return self._host
+
+
+# Eager T5 tokens before the flat forward compiles: ~18 s of compilation at 0.82M tokens/s eager
+# (xtr-base, H100; TorchBackend._compile_threshold).
+COMPILE_AFTER = 15_000_000
+
+
 class TorchBackend:
     name = "torch"
 
-    def __init__(self, spec: ModelSpec, device: str = "auto", threads: int = 0):
+    def __init__(self, spec: ModelSpec, device: str = "auto", threads: int = 0, varlen: bool | None = None,
+                 compile: bool | None = None):
         if threads > 0:
             torch.set_num_threads(threads)
         self.device = pick_device(device)
@@ -308,6 +335,102 @@ class TorchBackend:
         self.model = load_encoder(spec, self._dtype).to(self.device).eval()
         self.head = torch.nn.Sequential(*layers).to(self.device, self._dtype).eval()
         self.dim = spec.dim
+        self._t5 = spec.model_type in T5_TYPES
+        # RoBERTa counts positions from padding_idx + 1
+        self._pos_offset = (int(self.model.config.pad_token_id) + 1
+                            if spec.model_type in ("roberta", "xlm-roberta") else 0)
+        self.varlen = self._choose_varlen(spec, varlen)
+        self._flat = self._flat_impl
+        self._flat_tokens = 0
+        self._pinned: list = [None, None]  # forward_flat's two host buffers, used in turn
+        self._pinned_turn = 0
+        self._flat_compile_after = self._compile_threshold(compile)
+
+    def _choose_varlen(self, spec: ModelSpec, varlen: bool | None) -> bool:
+        """Whether documents go through ``forward_flat``: T5/BERT/RoBERTa float models, by default on
+        CUDA with Triton (where the varlen attention is a kernel); ``SUPERGREP_ENCODE_VARLEN=0|1``
+        overrides (the tests run the torch attention on a CPU)."""
+        ok = spec.model_type in VARLEN_TYPES and spec.quantization is None
+        if varlen is None:
+            default = self.device.startswith("cuda") and importlib.util.find_spec("triton") is not None
+            varlen = _env_flag("SUPERGREP_ENCODE_VARLEN", default)
+        return bool(varlen and ok)
+
+    def _compile_threshold(self, compile: bool | None) -> int | None:
+        """After how many flat tokens the flat forward gets compiled (None: never).
+
+        Compiling fuses T5's norms and gated activation, memory-bound passes over every token:
+        xtr-base on an H100 encodes 1.93M tokens/s compiled vs 0.82M eager, for ~18 s of
+        compilation (benchmarks/results/gpu-h100-2026-11-24-encode/). So on CUDA a T5 model
+        compiles once it has spent about that long in eager batches (COMPILE_AFTER tokens; at
+        most 2x the best choice made in hindsight, and never for a small index). MiniLM (BERT,
+        384-d) measured slower compiled (0.80M vs 0.95M tokens/s: its batches are bound by the
+        host's copy of the vectors), so BERT/RoBERTa stay eager. ``compile`` /
+        ``SUPERGREP_ENCODE_COMPILE``: 1 = from the first batch, 0 = never."""
+        if not self.varlen:
+            return None
+        if compile is None:
+            env = os.environ.get("SUPERGREP_ENCODE_COMPILE", "").strip()
+            compile = None if not env else _env_flag("SUPERGREP_ENCODE_COMPILE", False)
+        if compile is not None:
+            return 0 if compile else None
+        return COMPILE_AFTER if self.device.startswith("cuda") and self._t5 else None
+
+    def _flat_impl(self, ids: torch.Tensor, cu: torch.Tensor, pos: torch.Tensor, max_len: int) -> torch.Tensor:
+        from supergrep.backends.torch_t5_varlen import bert_varlen_forward, varlen_forward
+
+        if self._t5:
+            hidden = varlen_forward(self.model, ids, cu, max_len)
+        else:
+            hidden = bert_varlen_forward(self.model, ids, pos, cu, max_len, self._pos_offset)
+        vecs = torch.nn.functional.normalize(self.head(hidden).float(), p=2, dim=-1)  # (N, dim)
+        # 16-bit models leave in float16 (half the copy; fp16 keeps more mantissa than the bf16 compute)
+        return vecs if self._dtype == torch.float32 else vecs.half()
+
+    @torch.inference_mode()
+    def forward_flat(self, input_ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """Encode documents laid end to end, with no padding (T5/BERT/RoBERTa: ``self.varlen``).
+
+        Args:
+            input_ids: (N,) int64, the documents' token ids one after another.
+            lengths: (n,) each document's token count (>= 1), summing to N.
+
+        Returns:
+            (N, dim) unit token vectors: float32, or float16 when the model computes in 16 bits.
+        """
+        return self.submit_flat(input_ids, lengths).result().copy()
+
+    @torch.inference_mode()
+    def submit_flat(self, input_ids: np.ndarray, lengths: np.ndarray) -> _Pending:
+        """``forward_flat`` without waiting: the forward and the copy to the host are queued on the
+        device and ``.result()`` waits for them, so the caller's host work on the previous batch
+        overlaps this one's GPU work. The array ``result()`` gives lives in a reused pinned buffer:
+        valid until the next-but-one submit (copy what you keep)."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        cu = np.zeros(len(lengths) + 1, dtype=np.int32)
+        np.cumsum(lengths, out=cu[1:])
+        n = int(cu[-1])
+        pos = np.arange(n, dtype=np.int64) - np.repeat(cu[:-1].astype(np.int64), lengths)
+        max_len = -(-int(lengths.max()) // 64) * 64  # fewer distinct bias sizes (and compiled variants)
+        cuda = self.device.startswith("cuda")
+        ids_t, cu_t, pos_t = (torch.from_numpy(np.ascontiguousarray(a)).to(self.device, non_blocking=cuda)
+                              for a in (input_ids.astype(np.int64, copy=False), cu, pos))
+        self._flat_tokens += n
+        if self._flat_compile_after is not None and self._flat_tokens > self._flat_compile_after:
+            self._flat_compile_after = None  # enough tokens seen that compiling pays: from now on
+            self._flat = torch.compile(self._flat_impl, dynamic=True)
+        vecs = self._flat(ids_t, cu_t, pos_t, max_len)  # (N, dim)
+        if not cuda:
+            return _Pending(vecs.numpy(), None)
+        self._pinned_turn ^= 1
+        buf = self._pinned[self._pinned_turn]
+        if buf is None or buf.shape[0] < n or buf.shape[1] != vecs.shape[1] or buf.dtype != vecs.dtype:
+            buf = torch.empty((max(n, 1 << 16), vecs.shape[1]), dtype=vecs.dtype, pin_memory=True)
+            self._pinned[self._pinned_turn] = buf
+        buf[:n].copy_(vecs, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        return _Pending(buf[:n].numpy(), done)
 
     @torch.inference_mode()
     def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:

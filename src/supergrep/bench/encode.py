@@ -1,9 +1,12 @@
 """`supergrep bench encode`: index-time encoding speed.
 
-- ``forward``: the backend's forward pass (the dtype it picks: bf16 on CUDA, fp32 on CPU) over
-  synthetic documents with the mined-code length distribution, batched as the Encoder batches
-  (longest first under its padded-token budget), vectors copied back to the host as indexing
-  does. tokens/s counts useful tokens; MFU uses the forward formula of ``flops.py``.
+- ``forward``: the Encoder's document path after tokenisation (``Encoder.encode_ids``; the dtype
+  the backend picks: bf16 on CUDA, fp32 on CPU) over synthetic documents with the mined-code
+  length distribution, vectors copied back to the host and split per document as indexing does,
+  in each forward mode: ``padded`` (longest first under a padded-token budget), ``varlen``
+  (documents end to end, no padding: the default on CUDA for T5/BERT/RoBERTa), ``varlen+compile``,
+  ``varlen+autotune`` (compiled with Inductor's max-autotune: its own GEMM templates, epilogues fused).
+  tokens/s counts useful tokens; MFU uses the forward formula of ``flops.py``.
 - ``index``: a whole ``supergrep index`` run (walk, chunk, tokenise, encode, store) over a
   directory (default: this package's source), from scratch: lines/s as `index` prints it.
 """
@@ -31,13 +34,49 @@ def encoder_flops(backend, dim: int) -> ModelFlops:
     return ModelFlops(n, 0, layers, d_attn, dim)
 
 
+MODES = ("padded", "varlen", "varlen+compile", "varlen+autotune")
+
+
+def with_projection(model_dir: Path, hidden: int, dim: int, seed: int = 0) -> Path:
+    """``model_dir`` (a synthetic T5 encoder, which the trainer gives its projection) as
+    google/xtr-base-en ships for encoding: the same files plus a random ``2_Dense`` hidden -> dim,
+    so the benchmark copies back dim-wide vectors as a real XTR index does. Built once, beside it."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    out = model_dir.parent / f"{model_dir.name}-2_Dense-{dim}"
+    if (out / "2_Dense" / "model.safetensors").is_file():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    for f in model_dir.iterdir():
+        if f.is_file() and not (out / f.name).exists():
+            (out / f.name).symlink_to(f.resolve())
+    dense = out / "2_Dense"
+    dense.mkdir(exist_ok=True)
+    (dense / "config.json").write_text(json.dumps({"in_features": hidden, "out_features": dim, "bias": False,
+                                                   "activation_function": "torch.nn.modules.linear.Identity"}))
+    g = torch.Generator().manual_seed(seed)
+    save_file({"linear.weight": torch.randn(dim, hidden, generator=g) / hidden ** 0.5}, str(dense / "model.safetensors"))
+    return out
+
+
 def run_encode_bench(wl: Workload, device: str = "auto", n_docs: int = 2000, index_root: Path | None = None,
                      batch_tokens: int = 0, doc_cap: int | None = None, seed: int = 0,
-                     peak: dict | None = None) -> dict:
-    from supergrep.encoder.encoder import Encoder, length_batches
+                     peak: dict | None = None, modes: tuple[str, ...] | None = None) -> dict:
+    """One row per forward mode (``padded``: length-sorted padded batches; ``varlen``: documents
+    end to end, ``TorchBackend.forward_flat``; ``+compile``: that forward under torch.compile),
+    each through ``Encoder.encode_ids`` (batching, the copy back, per-document float32 arrays), then
+    the whole-index row. Default modes: the backend's own choice and, where it can, the other."""
+    import torch
+
+    from supergrep.encoder.encoder import Encoder
     from supergrep.encoder.spec import resolve_model
 
     spec = resolve_model(wl.model_dir)
+    if spec.model_type == "t5" and not spec.dense and wl.projection_dim:
+        spec = resolve_model(with_projection(wl.model_dir, spec.hidden_size, wl.projection_dim))
     enc = Encoder(spec, device=device, batch_tokens=batch_tokens)
     backend = enc.backend
     dev = backend.device
@@ -47,29 +86,54 @@ def run_encode_bench(wl: Workload, device: str = "auto", n_docs: int = 2000, ind
     rng = np.random.default_rng(seed)
     lengths = sample_lengths(n_docs, cap, rng)
     docs = [rng.integers(1000 if wl.vocab > 2000 else 5, wl.vocab, size=int(n)) for n in lengths]
-    batches = length_batches([len(d) for d in docs], enc.batch_tokens)
     memory = MemoryRecorder(device=dev)
-
-    def run(subset) -> None:
-        for rows in subset:
-            width = len(docs[rows[0]])
-            ids = np.zeros((len(rows), width), dtype=np.int64)
-            mask = np.zeros((len(rows), width), dtype=np.int64)
-            for i, r in enumerate(rows):
-                ids[i, : len(docs[r])] = docs[r]
-                mask[i, : len(docs[r])] = 1
-            backend.forward(ids, mask)  # includes the copy back to the host
-            memory.sample(len(memory.samples))
-
-    run(batches[: max(1, len(batches) // 10)])  # warm-up: kernels, allocator
-    t = time.perf_counter()
-    run(batches)
-    seconds = time.perf_counter() - t
+    defaults = {k: getattr(backend, k) for k in ("varlen", "_flat", "_flat_compile_after") if hasattr(backend, k)}
+    if modes is None:
+        modes = ("padded", "varlen") if defaults.get("varlen") else ("padded",)
+    can_varlen = hasattr(backend, "forward_flat") and backend._choose_varlen(spec, True)
     tokens = int(lengths.sum())
     flops = mf.encode(lengths.tolist())
-    rows = [{"what": f"forward ({len(batches)} batches, <= {enc.batch_tokens} padded tokens each)",
-             "documents": n_docs, "tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds,
-             "tflops": flops / seconds / 1e12, "mfu": flops / seconds / peak["flops_per_s"]}]
+    rows, reference = [], None
+    for mode in modes:
+        if mode not in MODES:
+            raise ValueError(f"unknown encode mode {mode!r}; choose from {', '.join(MODES)}")
+        if mode != "padded" and not can_varlen:
+            rows.append({"what": f"forward, {mode}", "error": f"no varlen forward for {spec.model_type} on {dev}",
+                         "seconds": 0})
+            continue
+        backend.varlen = mode != "padded"
+        if backend.varlen:  # this mode's forward from the first batch (no switch to compiled midway)
+            backend._flat_compile_after = None
+            backend._flat = (torch.compile(backend._flat_impl, dynamic=True) if mode.endswith("+compile")
+                             else torch.compile(backend._flat_impl, dynamic=True, mode="max-autotune-no-cudagraphs")
+                             if mode.endswith("+autotune") else backend._flat_impl)
+        calls: list[int] = []  # documents per forward call, as reported through progress
+
+        def run(subset, progress=None) -> None:
+            enc.encode_ids(subset, "document", progress)
+            memory.sample(len(memory.samples))
+
+        warm = sorted(docs, key=len, reverse=True)[: max(1, n_docs // 10)]
+        t = time.perf_counter()
+        run(warm)  # warm-up (kernels, allocator, compilation) on the longest documents
+        warmup_s = time.perf_counter() - t
+        check = enc.encode_ids(docs[:200], "document")  # each mode's vectors against the first mode's
+        reference = check if reference is None else reference
+        cosine = min((float(np.min(np.sum(a * b, axis=1))) for a, b in zip(check, reference, strict=True) if len(a)),
+                     default=1.0)
+        if dev.startswith("cuda"):
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        run(docs, calls.append)  # the vectors come back to the host inside, as indexing needs them
+        seconds = time.perf_counter() - t
+        rows.append({"what": f"forward, {mode} ({len(calls)} calls, <= {enc.batch_tokens} "
+                             f"{'real' if backend.varlen else 'padded'} tokens each)",
+                     "mode": mode, "documents": n_docs, "tokens": tokens, "seconds": seconds,
+                     "tokens_per_s": tokens / seconds, "tflops": flops / seconds / 1e12,
+                     "mfu": flops / seconds / peak["flops_per_s"], "min_cosine_vs_first": cosine,
+                     "warmup_s": warmup_s, "warmup_tokens": int(sum(len(d) for d in warm))})
+    for k, v in defaults.items():
+        setattr(backend, k, v)
     if index_root is not None:
         rows.append(index_run(enc, Path(index_root)))
     return {"kind": "encode", "workload": wl.describe(), "device": dev, "dtype": backend.dtype, "peak": peak,

@@ -48,14 +48,15 @@ def encode_markdown(res: dict) -> str:
     p = res["peak"]
     lines = [f"**bench encode**, workload `{wl['name']}`, {res['device']} ({res['dtype']}), documents from mined "
              f"code capped at {res['doc_cap']} tokens, peak {_rate(p['flops_per_s'])} ({p['dtype']} GEMM)", "",
-             "| what | documents | useful tokens | seconds | tokens/s | MFU | lines/s |", "|---|---|---|---|---|---|---|"]
+             "| what | documents | useful tokens | seconds | tokens/s | MFU | lines/s | min cosine vs first row |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         if "error" in r:
-            lines.append(f"| {r['what']} | {r['error']} | | | | | |")
+            lines.append(f"| {r['what']} | {r['error']} | | | | | | |")
             continue
         lines.append(f"| {r['what']} | {r.get('documents', '-')} | {_f(r.get('tokens'), ',')} | {r['seconds']:.2f} | "
                      f"{_f(r.get('tokens_per_s'), ',.0f')} | {_f(r.get('mfu'), '.1%')} | "
-                     f"{_f(r.get('lines_per_s'), ',.0f')} |")
+                     f"{_f(r.get('lines_per_s'), ',.0f')} | {_f(r.get('min_cosine_vs_first'), '.5f')} |")
     return "\n".join(lines) + "\n"
 
 

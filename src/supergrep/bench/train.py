@@ -6,6 +6,8 @@ A variant is written as ``+``-joined tokens (``bf16+compile+packing``):
     fp32 | bf16 | fp16        autocast precision (default: bf16 on CUDA, fp32 elsewhere)
     compile                   torch.compile of the encoder (dynamic shapes)
     cudagraphs                compile with mode reduce-overhead: CUDA graphs, one per distinct shape
+    autotune                  compile with mode max-autotune-no-cudagraphs: Inductor's own Triton GEMM
+                              templates where they win, with the pointwise ops fused into them
     pad=N                     round document widths (and packed rows) up to a multiple of N (default 8):
                               fewer distinct shapes for CUDA graphs and first-call costs
     ckpt                      gradient checkpointing
@@ -130,6 +132,8 @@ def parse_variant(text: str) -> Variant:
             kw[tok] = True
         elif tok == "cudagraphs":
             kw.update(compile=True, compile_mode="reduce-overhead")
+        elif tok == "autotune":
+            kw.update(compile=True, compile_mode="max-autotune-no-cudagraphs")
         elif tok.startswith("pad="):
             kw["pad_multiple"] = int(tok[4:])
         elif tok in ("eager", "sdpa", "flex", "varlen"):
@@ -200,6 +204,7 @@ def grid_variants(axes: list[str]) -> list[Variant]:
 def variant_name(v: Variant) -> str:
     parts = ["mlx", v.precision] if v.backend == "mlx" else [v.precision]
     parts += [t for t, on in (("compile", v.compile), ("cudagraphs", v.compile_mode == "reduce-overhead"),
+                              ("autotune", v.compile_mode == "max-autotune-no-cudagraphs"),
                               ("ckpt", v.ckpt), ("packing", v.packing), ("sync", v.sync), ("peer", v.peer)) if on]
     if v.pad_multiple != 8:
         parts.append(f"pad={v.pad_multiple}")

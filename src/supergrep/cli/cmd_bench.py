@@ -109,6 +109,19 @@ def bench_train_cmd(workloads, model_path, batch_size, doc_cap, work_dir, out_di
         echo_json(results if len(results) > 1 else results[0])
 
 
+def _modes(text: str | None) -> tuple[str, ...] | None:
+    from supergrep.bench.encode import MODES
+    from supergrep.errors import UsageError
+
+    if not text:
+        return None
+    modes = tuple(m.strip() for m in text.split(",") if m.strip())
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise UsageError(f"--modes: unknown mode {bad[0] if bad else text!r}; choose from {', '.join(MODES)}")
+    return modes
+
+
 def _with_device(v, device: str):
     from dataclasses import replace
 
@@ -123,12 +136,16 @@ def _with_device(v, device: str):
               help="Directory for the whole-index run (default: supergrep's own source).")
 @click.option("--no-index", is_flag=True, help="Skip the whole-index run.")
 @click.option("--batch-tokens", type=click.IntRange(min=0), default=0, help="Encoder batch budget (0: its default).")
+@click.option("--modes", default=None, metavar="M,M",
+              help="Forward modes to time: padded, varlen, varlen+compile, varlen+autotune (default: padded, and varlen "
+                   "where the backend takes it by default: CUDA with Triton, T5/BERT/RoBERTa).")
 @common_options(model_path=False)
 def bench_encode_cmd(workloads, model_path, batch_size, doc_cap, work_dir, out_dir, as_json, docs, index_root, no_index,
-                     batch_tokens, opts: Options) -> None:
+                     batch_tokens, modes, opts: Options) -> None:
     """Index-time encoding: tokens/s and MFU of the forward pass, lines/s of a whole index run.
 
         supergrep bench encode -w minilm --out bench/
+        supergrep bench encode -w xtr-base --modes padded,varlen,varlen+compile --no-index
     """
     import supergrep
     from supergrep.bench import report
@@ -140,7 +157,7 @@ def bench_encode_cmd(workloads, model_path, batch_size, doc_cap, work_dir, out_d
     for name in workloads or ("minilm",):
         wl = get_workload(name, _work_dir(work_dir), model_path, batch_size, doc_cap)
         res = run_encode_bench(wl, device=opts.device or "auto", n_docs=docs, index_root=root,
-                               batch_tokens=batch_tokens, doc_cap=doc_cap)
+                               batch_tokens=batch_tokens, doc_cap=doc_cap, modes=_modes(modes))
         results.append(res)
         files = report.write(res, out_dir, f"encode-{wl.name}") if out_dir else {}
         if not as_json:

@@ -1,0 +1,124 @@
+"""Index-time encoding with documents laid end to end (``TorchBackend.forward_flat``, the default on
+CUDA): the same document vectors as the padded batches, for every encoder family it covers, and
+the padded path for the rest. On a CPU the varlen attention is the torch reference; the Triton
+kernels themselves are checked in tests/train/test_t5_varlen.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from supergrep.encoder import Encoder, resolve_model
+
+DOCS = [
+    "def add(a, b):\n    return a + b",
+    "x",
+    "",
+    "class Stack:\n    def push(self, item):\n        self.items.append(item), self.size += 1.",
+    "SELECT name FROM users WHERE id = ?; -- look up one user by id, then return the name",
+    " ".join(f"word{i}" for i in range(60)),  # longer than the T5 zoo's 32-token relative buckets
+]
+
+
+def _encoders(path, varlen_batch_tokens: int):
+    spec = resolve_model(path)
+    padded = Encoder(spec, device="cpu", batch_tokens=256)
+    assert not padded.backend.varlen  # CPU default: the padded path
+    flat = Encoder(spec, device="cpu", batch_tokens=varlen_batch_tokens)
+    flat.backend.varlen = True  # the varlen path on a CPU (SUPERGREP_ENCODE_VARLEN=1 does the same)
+    return padded, flat
+
+
+@pytest.mark.parametrize("name", ["bert", "roberta", "t5-encoder-json-safetensors", "t5-full-json-bin", "supergrep"])
+@pytest.mark.parametrize("batch_tokens", [40, 4096])  # many calls (one document each at 40) / one call
+def test_flat_documents_equal_padded(zoo, name, batch_tokens):
+    padded, flat = _encoders(zoo.path(name), batch_tokens)
+    calls = []
+    real = flat.backend.submit_flat
+    flat.backend.submit_flat = lambda ids, lengths: calls.append(list(lengths)) or real(ids, lengths)
+    done = []
+    want = padded.encode_documents(DOCS)
+    got = flat.encode_documents(DOCS, progress=done.append)
+    assert calls, "the flat path was not taken"
+    assert sum(done) == len(DOCS)
+    assert all(sum(c) <= batch_tokens or len(c) == 1 for c in calls)
+    assert [c for call in calls for c in call] == sorted((c for call in calls for c in call), reverse=True)
+    for w, g in zip(want, got, strict=True):
+        assert g.dtype == np.float32 and g.shape == w.shape
+        if len(w):
+            np.testing.assert_allclose(g, w, atol=2e-5)
+            np.testing.assert_allclose(np.linalg.norm(g, axis=1), 1.0, atol=1e-5)
+    assert got[2].shape == (0, flat.dim) or len(want[2]) == len(got[2])
+
+
+def test_skiplist_applies_on_the_flat_path(zoo):
+    padded, flat = _encoders(zoo.path("supergrep"), 4096)  # its skiplist drops "," and "."
+    doc = ["a, b. c, d."]
+    got = flat.encode_documents(doc)[0]
+    assert len(got) == len(padded.encode_documents(doc)[0]) < flat.count_tokens(doc)[0]
+
+
+def test_queries_stay_padded(zoo):
+    """Queries keep the padded path: expansion tokens get vectors at positions a varlen layout has not."""
+    padded, flat = _encoders(zoo.path("bert"), 4096)
+    flat.backend.forward_flat = flat.backend.submit_flat = None  # would raise if called
+    for w, g in zip(padded.encode_queries(["add two numbers"]), flat.encode_queries(["add two numbers"]), strict=True):
+        np.testing.assert_allclose(g, w, atol=1e-6)
+
+
+def test_only_supported_families_choose_varlen(zoo, monkeypatch):
+    from supergrep.backends.torch_backend import TorchBackend
+
+    monkeypatch.setenv("SUPERGREP_ENCODE_VARLEN", "1")
+    assert TorchBackend(resolve_model(zoo.path("bert")), device="cpu").varlen
+    assert TorchBackend(resolve_model(zoo.path("t5-modules")), device="cpu").varlen
+    assert not TorchBackend(resolve_model(zoo.path("mpnet")), device="cpu").varlen  # bucketed bias: padded
+    monkeypatch.setenv("SUPERGREP_ENCODE_VARLEN", "0")
+    assert not TorchBackend(resolve_model(zoo.path("bert")), device="cpu").varlen
+
+
+def test_backends_without_submit_use_forward_flat(zoo):
+    """The encoder's contract with a backend is ``forward_flat``; ``submit_flat`` is an optional
+    overlap of device and host work."""
+    padded, flat = _encoders(zoo.path("t5-encoder-json-safetensors"), 100)
+    want = padded.encode_documents(DOCS)
+    backend = flat.backend
+
+    class Plain:  # a backend with forward_flat only
+        varlen, dim = True, backend.dim
+
+        def forward_flat(self, ids, lengths):
+            return backend.forward_flat(ids, lengths)
+
+    flat.backend = Plain()
+    for w, g in zip(want, flat.encode_documents(DOCS), strict=True):
+        np.testing.assert_allclose(g, w, atol=2e-5)
+
+
+def test_compiling_the_flat_forward_waits_until_it_pays(zoo, monkeypatch):
+    from supergrep.backends import torch_backend as tb
+
+    be = tb.TorchBackend(resolve_model(zoo.path("bert")), device="cpu", varlen=True)
+    assert be._compile_threshold(None) is None  # CPU: never by default
+    be.device = "cuda:0"
+    assert be._compile_threshold(None) is None  # BERT: measured slower compiled
+    be._t5 = True
+    assert be._compile_threshold(None) == tb.COMPILE_AFTER  # T5 on CUDA: once it pays
+    be._t5 = False
+    assert be._compile_threshold(True) == 0 and be._compile_threshold(False) is None
+    monkeypatch.setenv("SUPERGREP_ENCODE_COMPILE", "1")
+    assert be._compile_threshold(None) == 0
+    monkeypatch.setenv("SUPERGREP_ENCODE_COMPILE", "0")
+    assert be._compile_threshold(None) is None
+    be.device = "cpu"
+    # past the threshold the next batch runs compiled (torch.compile stubbed: no compiler needed here)
+    compiled = []
+    monkeypatch.setattr(tb.torch, "compile", lambda fn, **kw: compiled.append(kw) or fn)
+    be._flat_compile_after = 10
+    ids = np.arange(5, 13)
+    be.forward_flat(ids, np.array([8]))
+    assert not compiled and be._flat_tokens == 8
+    be.forward_flat(ids, np.array([5, 3]))
+    assert compiled == [{"dynamic": True}] and be._flat_compile_after is None
+    be.forward_flat(ids, np.array([8]))
+    assert len(compiled) == 1  # once
