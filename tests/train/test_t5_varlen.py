@@ -158,10 +158,20 @@ def test_varlen_gives_hf_t5s_vectors_and_the_padded_loss(tiny_t5, pairs_file, tm
             hidden = varlen_forward(trainer.model, ids, cu, f.max_len, fuse=fuse)
             torch.testing.assert_close(hidden, ref[d_mask], atol=2e-5, rtol=1e-4)
     joint = trainer.joint_packed_to_device(batch)
-    assert joint[0] == "varlen" and joint[1].shape[0] == int(q_mask.sum() + d_mask.sum())  # no padding at all
+    real = int(q_mask.sum() + d_mask.sum())
+    # no padding but a filler of < pad_multiple tokens, so token counts (GEMM shapes) repeat across steps
+    assert joint[0] == "varlen" and joint[1].shape[0] == -(-real // trainer.cfg.pad_multiple) * trainer.cfg.pad_multiple
     l_pad, _ = trainer._step_plain(q_ids, q_mask, d_ids, d_mask)
     l_var, _ = trainer._step_plain(q_ids, q_mask, d_ids, d_mask, joint=joint)
     assert float(l_var) == pytest.approx(float(l_pad), rel=1e-5)
+    # a large filler (4 sequences of 64 and less) changes nothing either
+    from dataclasses import replace
+
+    trainer.cfg = replace(trainer.cfg, pad_multiple=256)
+    joint = trainer.joint_packed_to_device(batch)
+    assert joint[1].shape[0] == -(-real // 256) * 256 > real + 64  # this batch: several filler sequences
+    l_fill, _ = trainer._step_plain(q_ids, q_mask, d_ids, d_mask, joint=joint)
+    assert float(l_fill) == pytest.approx(float(l_pad), rel=1e-5)
 
 
 def test_varlen_gradients_equal_the_padded_forwards(tiny_t5, pairs_file, tmp_path):

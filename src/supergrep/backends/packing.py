@@ -110,13 +110,21 @@ class Flat:
 
 
 def flatten_queries_and_documents(q_ids: np.ndarray, q_mask: np.ndarray, d_ids: np.ndarray,
-                                  d_mask: np.ndarray) -> Flat:
+                                  d_mask: np.ndarray, pad_multiple: int = 1) -> Flat:
     """Vectorised (no per-sequence Python loop): masks are prefixes (real tokens first).
+
+    ``pad_multiple`` > 1 rounds the token count up with filler sequences of at most 64 tokens
+    (id 0, their own positions, never gathered), so the step's GEMM shapes repeat across steps
+    instead of being new every step.
 
     >>> f = flatten_queries_and_documents(np.array([[5, 6]]), np.array([[1, 1]], bool),
     ...                                   np.array([[7, 8, 9], [4, 0, 0]]), np.array([[1, 1, 1], [1, 0, 0]], bool))
     >>> f.ids.tolist(), f.cu.tolist(), f.gather.tolist(), f.max_len, f.pos.tolist()
     ([5, 6, 7, 8, 9, 4], [0, 2, 5, 6], [[0, 1, 6], [2, 3, 4], [5, 6, 6]], 3, [0, 1, 0, 1, 2, 0])
+    >>> g = flatten_queries_and_documents(np.array([[5, 6]]), np.array([[1, 1]], bool),
+    ...                                   np.array([[7, 8, 9], [4, 0, 0]]), np.array([[1, 1, 1], [1, 0, 0]], bool), 8)
+    >>> g.ids.tolist(), g.cu.tolist(), g.gather.tolist(), g.pos.tolist()
+    ([5, 6, 7, 8, 9, 4, 0, 0], [0, 2, 5, 6, 8], [[0, 1, 8], [2, 3, 4], [5, 8, 8]], [0, 1, 0, 1, 2, 0, 0, 1])
     """
     width = max(q_ids.shape[1], d_ids.shape[1])
 
@@ -130,9 +138,16 @@ def flatten_queries_and_documents(q_ids: np.ndarray, q_mask: np.ndarray, d_ids: 
     lengths = mask.sum(axis=1)
     if not np.array_equal(mask, np.arange(width)[None, :] < lengths[:, None]):
         raise ValueError("flatten_queries_and_documents needs prefix masks (real tokens first)")
-    cu = np.zeros(len(lengths) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=cu[1:])
+    n_real = int(lengths.sum())
+    fill = -n_real % max(pad_multiple, 1)
+    fillers = np.full(-(-fill // 64), 64, dtype=np.int64)
+    if fill:
+        fillers[-1] = fill - 64 * (len(fillers) - 1)
+    cu = np.zeros(len(lengths) + len(fillers) + 1, dtype=np.int32)
+    np.cumsum(np.concatenate([lengths, fillers]), out=cu[1:])
     n = int(cu[-1])
-    gather = np.where(mask, cu[:-1, None].astype(np.int64) + np.arange(width)[None, :], n)
-    pos = np.broadcast_to(np.arange(width), mask.shape)[mask].astype(np.int64)
-    return Flat(ids[mask].astype(np.int64), cu, gather, int(lengths.max()), pos)
+    gather = np.where(mask, cu[:len(lengths), None].astype(np.int64) + np.arange(width)[None, :], n)
+    pos = np.concatenate([np.broadcast_to(np.arange(width), mask.shape)[mask],
+                          np.arange(fill) % 64]).astype(np.int64)
+    flat_ids = np.concatenate([ids[mask], np.zeros(fill, dtype=ids.dtype)]).astype(np.int64)
+    return Flat(flat_ids, cu, gather, int(max(lengths.max(), fillers.max(initial=0))), pos)

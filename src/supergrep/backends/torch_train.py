@@ -96,6 +96,9 @@ class TorchTrainer:
         torch.manual_seed(cfg.seed)
         self.device = torch.device(pick_device(cfg.device))
         self.amp_dtype = self._amp_dtype(cfg.precision)
+        if self.device.type == "cuda" and self.amp_dtype is not None:
+            # a process-wide switch: TF32 for float32 matmuls (the loss, the LoRA merge), or not
+            torch.backends.cuda.matmul.allow_tf32 = bool(cfg.tf32)
         model = load_encoder(spec, torch.float32)  # fp32 master weights; autocast computes
         if cfg.attn_implementation == "eager" and hasattr(model, "set_attn_implementation"):
             with contextlib.suppress(Exception):
@@ -306,7 +309,8 @@ class TorchTrainer:
         if self._varlen:  # no rows at all: every token end to end (torch_t5_varlen.py)
             from supergrep.backends.packing import flatten_queries_and_documents
 
-            f = flatten_queries_and_documents(batch.q_ids, batch.q_mask, batch.d_ids, batch.d_mask)
+            f = flatten_queries_and_documents(batch.q_ids, batch.q_mask, batch.d_ids, batch.d_mask,
+                                              self.cfg.pad_multiple)
             ids, cu, gather, pos = self._move(f.ids, f.cu, f.gather, f.pos)
             # the kernels' grid only needs an upper bound: a multiple of 64 keeps compiled shapes few
             return ("varlen", ids, cu, gather, -(-f.max_len // 64) * 64, pos)

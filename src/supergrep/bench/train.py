@@ -6,6 +6,7 @@ A variant is written as ``+``-joined tokens (``bf16+compile+packing``):
     fp32 | bf16 | fp16        autocast precision (default: bf16 on CUDA, fp32 elsewhere)
     compile                   torch.compile of the encoder (dynamic shapes)
     cudagraphs                compile with mode reduce-overhead: CUDA graphs, one per distinct shape
+    notf32                    CUDA + bf16/fp16: float32 matmuls (loss, LoRA merge) in full float32, not TF32
     autotune                  compile with mode max-autotune-no-cudagraphs: Inductor's own Triton GEMM
                               templates where they win, with the pointwise ops fused into them
     pad=N                     round document widths (and packed rows) up to a multiple of N (default 8):
@@ -69,6 +70,7 @@ class Variant:
     precision: str = "auto"
     compile: bool = False
     compile_mode: str = "default"  # "reduce-overhead": CUDA graphs (token `cudagraphs`)
+    tf32: bool = True  # token `notf32`: the float32 matmuls in full float32
     pad_multiple: int = 8  # document and packed-row widths round up to this (token `pad=N`)
     ckpt: bool = False
     attn: str = "sdpa"
@@ -132,6 +134,8 @@ def parse_variant(text: str) -> Variant:
             kw[tok] = True
         elif tok == "cudagraphs":
             kw.update(compile=True, compile_mode="reduce-overhead")
+        elif tok == "notf32":
+            kw["tf32"] = False
         elif tok == "autotune":
             kw.update(compile=True, compile_mode="max-autotune-no-cudagraphs")
         elif tok.startswith("pad="):
@@ -204,7 +208,7 @@ def grid_variants(axes: list[str]) -> list[Variant]:
 def variant_name(v: Variant) -> str:
     parts = ["mlx", v.precision] if v.backend == "mlx" else [v.precision]
     parts += [t for t, on in (("compile", v.compile), ("cudagraphs", v.compile_mode == "reduce-overhead"),
-                              ("autotune", v.compile_mode == "max-autotune-no-cudagraphs"),
+                              ("autotune", v.compile_mode == "max-autotune-no-cudagraphs"), ("notf32", not v.tf32),
                               ("ckpt", v.ckpt), ("packing", v.packing), ("sync", v.sync), ("peer", v.peer)) if on]
     if v.pad_multiple != 8:
         parts.append(f"pad={v.pad_multiple}")
@@ -286,7 +290,7 @@ def train_config(wl: Workload, v: Variant, device: str, batch_size: int):
         lora_target_modules=list(wl.lora_targets), query_max_tokens=wl.query_len, document_max_tokens=wl.doc_cap,
         batch_size=batch_size, lr=LR, temperature=TEMPERATURE, margin_weight=0.0, precision=precision,
         attn_implementation=v.attn, compile=v.compile, compile_mode=v.compile_mode, pad_multiple=v.pad_multiple,
-        gradient_checkpointing=v.ckpt, packing=v.packing,
+        gradient_checkpointing=v.ckpt, packing=v.packing, tf32=v.tf32,
         dynamic_batch=False, device=device, seed=SEED,
     ).validate()
 
