@@ -122,3 +122,50 @@ def test_compiling_the_flat_forward_waits_until_it_pays(zoo, monkeypatch):
     assert compiled == [{"dynamic": True}] and be._flat_compile_after is None
     be.forward_flat(ids, np.array([8]))
     assert len(compiled) == 1  # once
+
+
+def test_a_failing_compiled_forward_falls_back_to_eager(zoo, caplog):
+    be = Encoder(resolve_model(zoo.path("t5-modules")), device="cpu").backend
+    be.varlen = True
+    want = be.forward_flat(np.arange(3, 13), np.array([6, 4]))
+
+    def broken(*_a, **_k):
+        raise RuntimeError("InductorError: no C compiler")
+
+    be._flat = broken
+    got = be.forward_flat(np.arange(3, 13), np.array([6, 4]))
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    assert be._flat == be._flat_impl and "encoding eagerly" in caplog.text
+
+
+def test_a_first_batch_that_cannot_run_falls_back_to_padding(zoo, caplog):
+    padded, flat = _encoders(zoo.path("bert"), 40)
+    calls = []
+
+    def broken(ids, lengths):
+        calls.append(len(lengths))
+        raise RuntimeError("triton: no kernel image for this GPU")
+
+    flat.backend.submit_flat = broken
+    done = []
+    got = flat.encode_documents(DOCS, progress=done.append)
+    assert calls == [1] and not flat.backend.varlen and "padded batches" in caplog.text
+    assert sum(done) == len(DOCS)  # nothing counted twice
+    for w, g in zip(padded.encode_documents(DOCS), got, strict=True):
+        np.testing.assert_allclose(g, w, atol=1e-6)
+
+
+def test_a_later_batch_failure_is_not_hidden(zoo):
+    _, flat = _encoders(zoo.path("bert"), 40)  # several batches
+    real = flat.backend.submit_flat
+    calls = []
+
+    def flaky(ids, lengths):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return real(ids, lengths)
+
+    flat.backend.submit_flat = flaky
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        flat.encode_documents(DOCS)

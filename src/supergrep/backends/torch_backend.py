@@ -376,6 +376,19 @@ class TorchBackend:
             return 0 if compile else None
         return COMPILE_AFTER if self.device.startswith("cuda") and self._t5 else None
 
+    def _run_flat(self, ids, cu, pos, max_len: int) -> torch.Tensor:
+        """The flat forward, compiled if it is; a compilation that fails (no compiler, an Inductor
+        bug) costs a warning and the eager forward, never the index run."""
+        if self._flat is not self._flat_impl:
+            try:
+                return self._flat(ids, cu, pos, max_len)
+            except torch.cuda.OutOfMemoryError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - torch.compile raises many kinds
+                log.warning("the compiled encoder failed (%s); encoding eagerly from now on", _one_line(exc))
+                self._flat = self._flat_impl
+        return self._flat_impl(ids, cu, pos, max_len)
+
     def _flat_impl(self, ids: torch.Tensor, cu: torch.Tensor, pos: torch.Tensor, max_len: int) -> torch.Tensor:
         from supergrep.backends.torch_t5_varlen import bert_varlen_forward, varlen_forward
 
@@ -418,8 +431,9 @@ class TorchBackend:
         self._flat_tokens += n
         if self._flat_compile_after is not None and self._flat_tokens > self._flat_compile_after:
             self._flat_compile_after = None  # enough tokens seen that compiling pays: from now on
+            log.info("compiling the encoder's flat forward (once; ~20 s on an H100)")
             self._flat = torch.compile(self._flat_impl, dynamic=True)
-        vecs = self._flat(ids_t, cu_t, pos_t, max_len)  # (N, dim)
+        vecs = self._run_flat(ids_t, cu_t, pos_t, max_len)  # (N, dim)
         if not cuda:
             return _Pending(vecs.numpy(), None)
         self._pinned_turn ^= 1

@@ -131,8 +131,13 @@ class Encoder:
                 if role == "document" and tok.skip_ids else None)
         out: list[np.ndarray] = [np.zeros((0, self.dim), np.float32)] * len(ids)
         if role == "document" and getattr(self.backend, "varlen", False):
-            self._encode_flat(ids, skip, out, progress)
-            return out
+            try:
+                self._encode_flat(ids, skip, out, progress)
+                return out
+            except _FirstBatchFailed as failed:  # e.g. a GPU the attention kernels cannot run on
+                log.warning("encoding without padding failed on the first batch (%s); using padded batches",
+                            failed.reason)
+                self.backend.varlen = False
         for batch in length_batches(lengths, self.batch_tokens):
             width = max(lengths[i] for i in batch)
             fill = tok.mask_id if expand else tok.pad_id
@@ -165,13 +170,20 @@ class Encoder:
         batches = flat_batches(lengths, self.batch_tokens)
         submit = getattr(self.backend, "submit_flat", None)
         pending = None
-        for batch in batches:
+        for k, batch in enumerate(batches):
             flat_ids = np.concatenate([np.asarray(ids[i], dtype=np.int64) for i in batch])
             lens = np.array([lengths[i] for i in batch])
-            if submit is None:
-                job = (batch, flat_ids, _Done(self.backend.forward_flat(flat_ids, lens)))
-            else:
-                job = (batch, flat_ids, submit(flat_ids, lens))
+            try:
+                if submit is None:
+                    job = (batch, flat_ids, _Done(self.backend.forward_flat(flat_ids, lens)))
+                else:
+                    job = (batch, flat_ids, submit(flat_ids, lens))
+                    if k == 0:
+                        job[2].result()  # the first batch's errors surface here, before any progress
+            except (RuntimeError, ImportError, NotImplementedError) as exc:
+                if k > 0 or "out of memory" in str(exc).lower():
+                    raise
+                raise _FirstBatchFailed(_one_line(exc)) from exc
             if pending is not None:
                 self._split(*pending, lengths, skip, out, progress)
             pending = job
@@ -194,6 +206,17 @@ class Encoder:
             at += n
         if progress is not None:
             progress(len(batch))
+
+
+class _FirstBatchFailed(Exception):
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _one_line(exc: BaseException, limit: int = 200) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class _Done:
