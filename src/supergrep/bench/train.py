@@ -61,6 +61,9 @@ log = logging.getLogger(__name__)
 
 TEMPERATURE = 0.07
 LR = 1e-3
+# H100, xtr-base varlen at batch 192: after 60 warm-up steps two runs of one variant agreed within
+# 4%; after 10, later variants in the process ran 1.2-1.5x faster (results/gpu-h100-2026-11-24-steady)
+STEADY_WARMUP = 60
 SEED = 0  # model init (head, LoRA A) of ours and of the peer: both start from the same weights
 
 
@@ -401,6 +404,10 @@ def run_train_bench(wl: Workload, variants: list[Variant], steps: int = 20, warm
 
         raise UsageError(mlx_missing())
     devices = sorted({_device(v.device, v.backend) for v in variants})
+    if warmup < STEADY_WARMUP and any(v.compile and _device(v.device, v.backend).startswith("cuda") for v in variants):
+        log.warning("compiled GPU steps reach their steady state after ~%d steps (with 10, a variant run later in "
+                    "the same process measured up to 1.5x faster): use --warmup %d for figures to compare",
+                    STEADY_WARMUP, STEADY_WARMUP)
     peaks = peak or {d: _measure_peak(d) for d in devices}
     mf = workload_flops(wl)
     t0 = time.perf_counter()
