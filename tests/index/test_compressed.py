@@ -432,3 +432,18 @@ def test_hybrid_results_carry_exact_semantic_scores_on_a_compressed_index(sample
         assert hits
         exact = index.store.score(index.conn, tiny_encoder.encode_queries([query])[0], [h.chunk_id for h in hits])
         np.testing.assert_allclose([h.semantic_score for h in hits], exact, rtol=1e-5)
+
+
+@pytest.mark.parametrize("cols,n", [(16384, 8), (1024, 1), (2048, 16), (1000, 8), (8, 8), (256, 3)])
+def test_top_per_row_finds_each_rows_largest_values(cols, n):
+    """The probed centroids: the same values as a full argpartition, also with many ties."""
+    from supergrep.index.compressed import top_per_row
+
+    rng = np.random.default_rng(cols + n)
+    for s in (rng.standard_normal((33, cols)).astype(np.float32),
+              np.round(rng.standard_normal((33, cols)), 1).astype(np.float32)):  # ties at the cut
+        got = top_per_row(s, n)
+        assert got.shape == (33, min(n, cols))
+        assert all(len(set(row)) == len(row) for row in got.tolist())
+        want = np.sort(s, axis=1)[:, ::-1][:, :n]
+        np.testing.assert_array_equal(np.sort(np.take_along_axis(s, got, 1), axis=1)[:, ::-1], want)

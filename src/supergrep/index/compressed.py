@@ -110,6 +110,34 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) + shift
 
 
+def top_per_row(s: np.ndarray, n: int, block: int = 128) -> np.ndarray:
+    """(rows, n) column indices of each row's ``n`` largest values, in no particular order (the
+    probed centroids of each query token).
+
+    ``np.argpartition`` over (32, 16384) query-centroid scores took 4-5 ms of a 24 ms search at
+    100K chunks. Here each row's ``n``-th largest block maximum is a lower bound ``t`` of its
+    ``n``-th largest value (the ``n`` best blocks each hold a value >= t), so only the few values
+    >= t are ranked: ~1 ms. Ties at the cut go to the lower column (argpartition's pick is
+    arbitrary).
+
+    >>> top_per_row(np.array([[0.1, 0.9, 0.5, 0.7], [3.0, 1.0, 2.0, 0.0]]), 2, block=1).tolist()
+    [[1, 3], [0, 2]]
+    """
+    rows, cols = s.shape
+    if n >= cols:
+        return np.broadcast_to(np.arange(cols), (rows, cols)).copy()
+    nb = cols // block
+    if cols % block or nb < 2 * n:
+        return np.argpartition(s, cols - n, axis=1)[:, cols - n:]
+    m = s.reshape(rows, nb, block).max(axis=2)  # (rows, nb)
+    t = np.partition(m, nb - n, axis=1)[:, nb - n]  # (rows,)
+    r, c = np.nonzero(s >= t[:, None])  # >= n per row, row-major
+    order = np.lexsort((c, -s[r, c], r))  # by row, then value descending, then column
+    c = c[order]
+    first = np.searchsorted(r[order], np.arange(rows))
+    return c[first[:, None] + np.arange(n)[None, :]]
+
+
 def _top_stable(scores: np.ndarray, ids: np.ndarray, n: int) -> np.ndarray:
     """Indices of the ``n`` best scores, ties at the cut broken by chunk id (approximate scores
     tie often; this keeps the candidates independent of how documents fall into segments).
@@ -546,8 +574,7 @@ class CompressedStore(SegmentStore):
         """Stages 1-2: (global docs touched by the probed centroids, approximate scores, S)."""
         s = query @ codec.centroids.T  # (q, K)
         nprobe = max(1, min(self.settings.nprobe, s.shape[1]))
-        probes = np.argpartition(-s, nprobe - 1, axis=1)[:, :nprobe] if nprobe < s.shape[1] else \
-            np.broadcast_to(np.arange(s.shape[1]), s.shape).copy()
+        probes = top_per_row(s, nprobe)  # (q, nprobe)
         pscores = np.take_along_axis(s, probes, axis=1)
         impute = pscores.min(axis=1)  # (q,) the nprobe-th best centroid score
         n_docs, nq = len(view.doc_ids), len(query)
