@@ -434,16 +434,17 @@ class TorchBackend:
             log.info("compiling the encoder's flat forward (once; ~20 s on an H100)")
             self._flat = torch.compile(self._flat_impl, dynamic=True)
         vecs = self._run_flat(ids_t, cu_t, pos_t, max_len)  # (N, dim)
-        if not cuda:
-            return _Pending(vecs.numpy(), None)
+        if not cuda:  # CPU (and MPS, when forced): a plain blocking copy
+            return _Pending(vecs.cpu().numpy(), None)
         self._pinned_turn ^= 1
         buf = self._pinned[self._pinned_turn]
         if buf is None or buf.shape[0] < n or buf.shape[1] != vecs.shape[1] or buf.dtype != vecs.dtype:
             buf = torch.empty((max(n, 1 << 16), vecs.shape[1]), dtype=vecs.dtype, pin_memory=True)
             self._pinned[self._pinned_turn] = buf
+        stream = torch.cuda.current_stream(vecs.device)  # the model's GPU, whichever is current
         buf[:n].copy_(vecs, non_blocking=True)
         done = torch.cuda.Event()
-        done.record()
+        done.record(stream)
         return _Pending(buf[:n].numpy(), done)
 
     @torch.inference_mode()
