@@ -169,3 +169,30 @@ def test_a_later_batch_failure_is_not_hidden(zoo):
     flat.backend.submit_flat = flaky
     with pytest.raises(RuntimeError, match="illegal memory access"):
         flat.encode_documents(DOCS)
+
+
+def test_index_and_search_give_the_same_results_without_padding(sample_project, tiny_model, tmp_path, monkeypatch):
+    """As a user on a GPU gets it (forced on a CPU here): `index` through the flat path, then
+    `search`, ranks and scores as the padded path does."""
+    import json
+
+    from cli_runner import run_main
+
+    def index_and_search(varlen: str, where) -> list:
+        monkeypatch.setenv("SUPERGREP_ENCODE_VARLEN", varlen)
+        model = ["--model-path", str(tiny_model), "--index-dir", str(where), "--direct"]
+        assert run_main(["index", sample_project, *model[:4]]).exit_code == 0
+        r = run_main(["search", "retry with backoff", sample_project, "--json", "-n", "5", *model])
+        assert r.exit_code == 0, r.output
+        return [(x["path"], x["start_line"], round(x["score"], 4)) for x in json.loads(r.stdout)["results"]]
+
+    from supergrep.backends.torch_backend import TorchBackend
+
+    calls = []
+    real = TorchBackend.submit_flat
+    monkeypatch.setattr(TorchBackend, "submit_flat", lambda self, *a: calls.append(1) or real(self, *a))
+    padded = index_and_search("0", tmp_path / "padded")
+    assert not calls
+    flat = index_and_search("1", tmp_path / "flat")
+    assert calls  # the documents went through the flat path
+    assert padded and flat == padded
