@@ -62,8 +62,7 @@ def main() -> None:
     report = {"workload": wl.name, "dim": spec.dim, "documents": len(docs), "tokens": int(lengths.sum()),
               "max_len": int(lengths.max()), "modes": {}}
     for mode in args.modes.split(","):
-        be.varlen, be._flat_compile_after = True, None
-        be._flat = torch.compile(be._flat_impl, dynamic=True) if mode.endswith("+compile") else be._flat_impl
+        be.set_flat_mode(mode.partition("+")[2] or "eager")
         cu = np.zeros(len(lengths) + 1, np.int32)
         np.cumsum(lengths, out=cu[1:])
         pos = np.arange(len(flat)) - np.repeat(cu[:-1].astype(np.int64), lengths)

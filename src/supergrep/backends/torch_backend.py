@@ -369,12 +369,21 @@ class TorchBackend:
         ``SUPERGREP_ENCODE_COMPILE``: 1 = from the first batch, 0 = never."""
         if not self.varlen:
             return None
-        if compile is None:
-            env = os.environ.get("SUPERGREP_ENCODE_COMPILE", "").strip()
-            compile = None if not env else _env_flag("SUPERGREP_ENCODE_COMPILE", False)
+        if compile is None and os.environ.get("SUPERGREP_ENCODE_COMPILE", "").strip():
+            compile = _env_flag("SUPERGREP_ENCODE_COMPILE", False)
         if compile is not None:
             return 0 if compile else None
         return COMPILE_AFTER if self.device.startswith("cuda") and self._t5 else None
+
+    def set_flat_mode(self, mode: str) -> None:
+        """Documents through the flat forward from now on, run ``eager``, ``compile``d or
+        ``autotune``d (Inductor's max-autotune), with no later switch (``bench encode``'s modes)."""
+        self.varlen, self._flat_compile_after = True, None
+        if mode == "eager":
+            self._flat = self._flat_impl
+        else:
+            kw = {"mode": "max-autotune-no-cudagraphs"} if mode == "autotune" else {}
+            self._flat = torch.compile(self._flat_impl, dynamic=True, **kw)
 
     def _run_flat(self, ids, cu, pos, max_len: int) -> torch.Tensor:
         """The flat forward, compiled if it is; a compilation that fails (no compiler, an Inductor
@@ -432,7 +441,7 @@ class TorchBackend:
         if self._flat_compile_after is not None and self._flat_tokens > self._flat_compile_after:
             self._flat_compile_after = None  # enough tokens seen that compiling pays: from now on
             log.info("compiling the encoder's flat forward (once; ~20 s on an H100)")
-            self._flat = torch.compile(self._flat_impl, dynamic=True)
+            self.set_flat_mode("compile")
         vecs = self._run_flat(ids_t, cu_t, pos_t, max_len)  # (N, dim)
         if not cuda:  # CPU (and MPS, when forced): a plain blocking copy
             return _Pending(vecs.cpu().numpy(), None)

@@ -101,12 +101,10 @@ def run_encode_bench(wl: Workload, device: str = "auto", n_docs: int = 2000, ind
             rows.append({"what": f"forward, {mode}", "error": f"no varlen forward for {spec.model_type} on {dev}",
                          "seconds": 0})
             continue
-        backend.varlen = mode != "padded"
-        if backend.varlen:  # this mode's forward from the first batch (no switch to compiled midway)
-            backend._flat_compile_after = None
-            backend._flat = (torch.compile(backend._flat_impl, dynamic=True) if mode.endswith("+compile")
-                             else torch.compile(backend._flat_impl, dynamic=True, mode="max-autotune-no-cudagraphs")
-                             if mode.endswith("+autotune") else backend._flat_impl)
+        if mode == "padded":
+            backend.varlen = False
+        else:  # this mode's forward from the first batch (no switch to compiled midway)
+            backend.set_flat_mode(mode.partition("+")[2] or "eager")
         calls: list[int] = []  # documents per forward call, as reported through progress
 
         def run(subset, progress=None) -> None:

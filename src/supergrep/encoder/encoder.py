@@ -9,7 +9,7 @@ import numpy as np
 
 from supergrep.backends import load_backend
 from supergrep.encoder.spec import ModelSpec, resolve_model
-from supergrep.encoder.tokenize import Role, RoleTokenizer
+from supergrep.encoder.tokenize import Role, RoleTokenizer, _one_line
 
 log = logging.getLogger(__name__)
 
@@ -212,11 +212,6 @@ class _FirstBatchFailed(Exception):
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
-
-
-def _one_line(exc: BaseException, limit: int = 200) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class _Done:
