@@ -344,6 +344,10 @@ class TorchBackend:
         self._flat_tokens = 0
         self._pinned: list = [None, None]  # forward_flat's two host buffers, used in turn
         self._pinned_turn = 0
+        self._copy_stream = None  # CUDA: the device-to-host copies, off the compute stream
+        # What the flat forward hands the host: float32 (default), or float16 for half the bytes
+        # over PCIe at the price of a host-side conversion (`bench encode`'s comparison)
+        self.flat_host_dtype = torch.float32
         self._flat_compile_after = self._compile_threshold(compile)
 
     def _choose_varlen(self, spec: ModelSpec, varlen: bool | None) -> bool:
@@ -406,8 +410,9 @@ class TorchBackend:
         else:
             hidden = bert_varlen_forward(self.model, ids, pos, cu, max_len, self._pos_offset)
         vecs = torch.nn.functional.normalize(self.head(hidden).float(), p=2, dim=-1)  # (N, dim)
-        # 16-bit models leave in float16 (half the copy; fp16 keeps more mantissa than the bf16 compute)
-        return vecs if self._dtype == torch.float32 else vecs.half()
+        # float32 by default: the GPU converts for free, while the host's float16 -> float32
+        # conversion (NumPy) was the encoder's bottleneck (flat_host_dtype)
+        return vecs if self.flat_host_dtype == torch.float32 else vecs.to(self.flat_host_dtype)
 
     @torch.inference_mode()
     def forward_flat(self, input_ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -418,7 +423,7 @@ class TorchBackend:
             lengths: (n,) each document's token count (>= 1), summing to N.
 
         Returns:
-            (N, dim) unit token vectors: float32, or float16 when the model computes in 16 bits.
+            (N, dim) unit token vectors, float32 (``flat_host_dtype``).
         """
         return self.submit_flat(input_ids, lengths).result().copy()
 
@@ -450,10 +455,17 @@ class TorchBackend:
         if buf is None or buf.shape[0] < n or buf.shape[1] != vecs.shape[1] or buf.dtype != vecs.dtype:
             buf = torch.empty((max(n, 1 << 16), vecs.shape[1]), dtype=vecs.dtype, pin_memory=True)
             self._pinned[self._pinned_turn] = buf
-        stream = torch.cuda.current_stream(vecs.device)  # the model's GPU, whichever is current
-        buf[:n].copy_(vecs, non_blocking=True)
-        done = torch.cuda.Event()
-        done.record(stream)
+        # The copy runs on a stream of its own, so the next call's forward need not wait for it
+        compute = torch.cuda.current_stream(vecs.device)  # the model's GPU, whichever is current
+        if self._copy_stream is None or self._copy_stream.device != vecs.device:
+            self._copy_stream = torch.cuda.Stream(vecs.device)
+        copy = self._copy_stream
+        copy.wait_stream(compute)
+        with torch.cuda.stream(copy):
+            buf[:n].copy_(vecs, non_blocking=True)
+            vecs.record_stream(copy)  # not reused by the compute stream before the copy is done
+            done = torch.cuda.Event()
+            done.record(copy)
         return _Pending(buf[:n].numpy(), done)
 
     @torch.inference_mode()

@@ -35,6 +35,69 @@ def encoder_flops(backend, dim: int) -> ModelFlops:
 
 
 MODES = ("padded", "varlen", "varlen+compile", "varlen+autotune")
+# Modifiers of the varlen modes, for same-process comparisons with what they replaced: ``half``
+# hands the host float16 vectors to convert (the pre-2026-11-24 path), ``unfused`` adds T5's
+# residuals outside the GEMMs (``torch_t5_varlen.FUSE_RESIDUAL`` off).
+MODIFIERS = ("half", "unfused")
+
+
+def parse_mode(mode: str) -> tuple[str, set[str]]:
+    """``varlen+compile+half`` -> ("varlen+compile", {"half"}); ValueError for unknown parts."""
+    parts = mode.split("+")
+    mods = {p for p in parts if p in MODIFIERS}
+    base = "+".join(p for p in parts if p not in MODIFIERS)
+    if base not in MODES or (mods and base == "padded"):
+        raise ValueError(f"unknown encode mode {mode!r}; choose from {', '.join(MODES)}, the varlen ones "
+                         f"optionally with +{' +'.join(MODIFIERS)}")
+    return base, mods
+
+
+class _FlatTimer:
+    """Where a varlen mode's wall time goes, without adding a host sync: the GPU time of each flat
+    forward (CUDA events around it, read after the run) and the host's time blocked waiting for
+    results. GPU time near the wall means the GPU bounds the run; far below, the host does."""
+
+    def __init__(self, backend):
+        self.backend, self.events, self.wait_s = backend, [], 0.0
+
+    def __enter__(self):
+        import torch
+
+        be, timer = self.backend, self
+        run, submit = be._run_flat, be.submit_flat
+
+        def timed_run(*a, **kw):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = run(*a, **kw)
+            end.record()
+            timer.events.append((start, end))
+            return out
+
+        def timed_submit(*a, **kw):
+            pending = submit(*a, **kw)
+            result = pending.result
+
+            def waited():
+                t = time.perf_counter()
+                value = result()
+                timer.wait_s += time.perf_counter() - t
+                return value
+
+            pending.result = waited
+            return pending
+
+        be._run_flat, be.submit_flat = timed_run, timed_submit
+        return self
+
+    def __exit__(self, *exc):
+        del self.backend._run_flat, self.backend.submit_flat  # the class's own again
+
+    def gpu_s(self) -> float:
+        import torch
+
+        torch.cuda.synchronize()
+        return sum(a.elapsed_time(b) for a, b in self.events) / 1000
 
 
 def with_projection(model_dir: Path, hidden: int, dim: int, seed: int = 0) -> Path:
@@ -93,10 +156,16 @@ def run_encode_bench(wl: Workload, device: str = "auto", n_docs: int = 2000, ind
     can_varlen = hasattr(backend, "forward_flat") and backend._choose_varlen(spec, True)
     tokens = int(lengths.sum())
     flops = mf.encode(lengths.tolist())
+    dyn = getattr(torch, "_dynamo", None)
+    for name in ("recompile_limit", "cache_size_limit"):
+        # each compiled mode adds entries to the flat forward's cache (its knobs are guarded):
+        # past the default limit of 8, later modes would silently run eager
+        if dyn is not None and hasattr(dyn.config, name):
+            setattr(dyn.config, name, max(getattr(dyn.config, name), 64))
+            break
     rows, reference = [], None
     for mode in modes:
-        if mode not in MODES:
-            raise ValueError(f"unknown encode mode {mode!r}; choose from {', '.join(MODES)}")
+        base, mods = parse_mode(mode)
         if mode != "padded" and not can_varlen:
             rows.append({"what": f"forward, {mode}", "error": f"no varlen forward for {spec.model_type} on {dev}",
                          "seconds": 0})
@@ -104,7 +173,11 @@ def run_encode_bench(wl: Workload, device: str = "auto", n_docs: int = 2000, ind
         if mode == "padded":
             backend.varlen = False
         else:  # this mode's forward from the first batch (no switch to compiled midway)
-            backend.set_flat_mode(mode.partition("+")[2] or "eager")
+            from supergrep.backends import torch_t5_varlen
+
+            torch_t5_varlen.FUSE_RESIDUAL = "unfused" not in mods
+            backend.flat_host_dtype = torch.float16 if "half" in mods else torch.float32
+            backend.set_flat_mode(base.partition("+")[2] or "eager")
         calls: list[int] = []  # documents per forward call, as reported through progress
 
         def run(subset, progress=None) -> None:
@@ -121,17 +194,27 @@ def run_encode_bench(wl: Workload, device: str = "auto", n_docs: int = 2000, ind
                      default=1.0)
         if dev.startswith("cuda"):
             torch.cuda.synchronize()
+        timer = _FlatTimer(backend) if backend.varlen and dev.startswith("cuda") else None
         t = time.perf_counter()
-        run(docs, calls.append)  # the vectors come back to the host inside, as indexing needs them
+        if timer is None:
+            run(docs, calls.append)  # the vectors come back to the host inside, as indexing needs them
+        else:
+            with timer:
+                run(docs, calls.append)
         seconds = time.perf_counter() - t
+        split = {} if timer is None else {"gpu_s": timer.gpu_s(), "host_wait_s": timer.wait_s}
         rows.append({"what": f"forward, {mode} ({len(calls)} calls, <= {enc.batch_tokens} "
                              f"{'real' if backend.varlen else 'padded'} tokens each)",
                      "mode": mode, "documents": n_docs, "tokens": tokens, "seconds": seconds,
                      "tokens_per_s": tokens / seconds, "tflops": flops / seconds / 1e12,
                      "mfu": flops / seconds / peak["flops_per_s"], "min_cosine_vs_first": cosine,
-                     "warmup_s": warmup_s, "warmup_tokens": int(sum(len(d) for d in warm))})
+                     "warmup_s": warmup_s, "warmup_tokens": int(sum(len(d) for d in warm)), **split})
     for k, v in defaults.items():
         setattr(backend, k, v)
+    if hasattr(backend, "flat_host_dtype"):
+        from supergrep.backends import torch_t5_varlen
+
+        torch_t5_varlen.FUSE_RESIDUAL, backend.flat_host_dtype = True, torch.float32
     if index_root is not None:
         rows.append(index_run(enc, Path(index_root)))
     return {"kind": "encode", "workload": wl.describe(), "device": dev, "dtype": backend.dtype, "peak": peak,

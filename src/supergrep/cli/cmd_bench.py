@@ -110,15 +110,19 @@ def bench_train_cmd(workloads, model_path, batch_size, doc_cap, work_dir, out_di
 
 
 def _modes(text: str | None) -> tuple[str, ...] | None:
-    from supergrep.bench.encode import MODES
+    from supergrep.bench.encode import parse_mode
     from supergrep.errors import UsageError
 
     if not text:
         return None
     modes = tuple(m.strip() for m in text.split(",") if m.strip())
-    bad = [m for m in modes if m not in MODES]
-    if bad or not modes:
-        raise UsageError(f"--modes: unknown mode {bad[0] if bad else text!r}; choose from {', '.join(MODES)}")
+    if not modes:
+        raise UsageError(f"--modes: no mode in {text!r}; choose from padded, varlen, varlen+compile, varlen+autotune")
+    for m in modes:
+        try:
+            parse_mode(m)
+        except ValueError as exc:
+            raise UsageError(f"--modes: {exc}") from None
     return modes
 
 
@@ -138,7 +142,8 @@ def _with_device(v, device: str):
 @click.option("--batch-tokens", type=click.IntRange(min=0), default=0, help="Encoder batch budget (0: its default).")
 @click.option("--modes", default=None, metavar="M,M",
               help="Forward modes to time: padded, varlen, varlen+compile, varlen+autotune (default: padded, and varlen "
-                   "where the backend takes it by default: CUDA with Triton, T5/BERT/RoBERTa).")
+                   "where the backend takes it by default: CUDA with Triton, T5/BERT/RoBERTa); a varlen mode "
+                   "+half copies float16 to the host (converted there), +unfused adds T5's residuals outside the GEMMs.")
 @common_options(model_path=False)
 def bench_encode_cmd(workloads, model_path, batch_size, doc_cap, work_dir, out_dir, as_json, docs, index_root, no_index,
                      batch_tokens, modes, opts: Options) -> None:
