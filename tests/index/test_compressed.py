@@ -435,14 +435,15 @@ def test_hybrid_results_carry_exact_semantic_scores_on_a_compressed_index(sample
 
 
 @pytest.mark.parametrize("cols,n", [(16384, 8), (1024, 1), (2048, 16), (1000, 8), (8, 8), (256, 3)])
-def test_top_per_row_finds_each_rows_largest_values(cols, n):
-    """The probed centroids: the same values as a full argpartition, also with many ties."""
-    from supergrep.index.compressed import top_per_row
+def test_top_per_column_finds_each_columns_largest_values(cols, n):
+    """The probed centroids: the same values as a full argpartition, also with many ties (the
+    scores are passed as (centroids, query tokens), the layout the store computes)."""
+    from supergrep.index.compressed import top_per_column
 
     rng = np.random.default_rng(cols + n)
     for s in (rng.standard_normal((33, cols)).astype(np.float32),
               np.round(rng.standard_normal((33, cols)), 1).astype(np.float32)):  # ties at the cut
-        got = top_per_row(s, n)
+        got = top_per_column(np.ascontiguousarray(s.T), n)
         assert got.shape == (33, min(n, cols))
         assert all(len(set(row)) == len(row) for row in got.tolist())
         want = np.sort(s, axis=1)[:, ::-1][:, :n]

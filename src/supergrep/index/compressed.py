@@ -110,32 +110,32 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) + shift
 
 
-def top_per_row(s: np.ndarray, n: int, block: int = 128) -> np.ndarray:
-    """(rows, n) column indices of each row's ``n`` largest values, in no particular order (the
-    probed centroids of each query token).
+def top_per_column(st: np.ndarray, n: int, block: int = 128) -> np.ndarray:
+    """(cols, n) row indices of each column's ``n`` largest values, in no particular order: the
+    probed centroids of each query token, from the (centroids, query tokens) scores.
 
-    ``np.argpartition`` over (32, 16384) query-centroid scores took 4-5 ms of a 24 ms search at
-    100K chunks. Here each row's ``n``-th largest block maximum is a lower bound ``t`` of its
+    ``np.argpartition`` over (16384, 32) query-centroid scores took 4-5 ms of a 24 ms search at
+    100K chunks. Here each column's ``n``-th largest block maximum is a lower bound ``t`` of its
     ``n``-th largest value (the ``n`` best blocks each hold a value >= t), so only the few values
-    >= t are ranked: ~1 ms. Ties at the cut go to the lower column (argpartition's pick is
+    >= t are ranked: ~1 ms. Ties at the cut go to the lower row (argpartition's pick is
     arbitrary).
 
-    >>> top_per_row(np.array([[0.1, 0.9, 0.5, 0.7], [3.0, 1.0, 2.0, 0.0]]), 2, block=1).tolist()
+    >>> top_per_column(np.array([[0.1, 0.9, 0.5, 0.7], [3.0, 1.0, 2.0, 0.0]]).T, 2, block=1).tolist()
     [[1, 3], [0, 2]]
     """
-    rows, cols = s.shape
-    if n >= cols:
-        return np.broadcast_to(np.arange(cols), (rows, cols)).copy()
-    nb = cols // block
-    if cols % block or nb < 2 * n:
-        return np.argpartition(s, cols - n, axis=1)[:, cols - n:]
-    m = s.reshape(rows, nb, block).max(axis=2)  # (rows, nb)
-    t = np.partition(m, nb - n, axis=1)[:, nb - n]  # (rows,)
-    r, c = np.nonzero(s >= t[:, None])  # >= n per row, row-major
-    order = np.lexsort((c, -s[r, c], r))  # by row, then value descending, then column
-    c = c[order]
-    first = np.searchsorted(r[order], np.arange(rows))
-    return c[first[:, None] + np.arange(n)[None, :]]
+    rows, cols = st.shape
+    if n >= rows:
+        return np.broadcast_to(np.arange(rows), (cols, rows)).copy()
+    nb = rows // block
+    if rows % block or nb < 2 * n:
+        return np.ascontiguousarray(np.argpartition(st, rows - n, axis=0)[rows - n:].T)
+    m = st.reshape(nb, block, cols).max(axis=1)  # (nb, cols)
+    t = np.partition(m, nb - n, axis=0)[nb - n]  # (cols,)
+    r, c = np.nonzero(st >= t)  # >= n per column, row-major
+    order = np.lexsort((r, -st[r, c], c))  # by column, then value descending, then row
+    r = r[order]
+    first = np.searchsorted(c[order], np.arange(cols))
+    return r[first[:, None] + np.arange(n)[None, :]]
 
 
 def _top_stable(scores: np.ndarray, ids: np.ndarray, n: int) -> np.ndarray:
@@ -454,7 +454,7 @@ class CompressedStore(SegmentStore):
                 and np.array_equal(last[1], query):
             return last[2]
         if st is None:
-            st = np.ascontiguousarray((query @ codec.centroids.T).T)
+            st = codec.centroids @ query.T  # (K, q) directly: no transposed copy
         self._local.centroid_scores = (codec, query.copy(), st)
         return st
 
@@ -507,13 +507,13 @@ class CompressedStore(SegmentStore):
             scores = self._exact_scores(view, codec, query, docs)
             best = top_k(scores, k)
             return view.doc_ids[docs[best]], scores[best]
-        docs, approx, s = self._candidates(view, codec, query, keep)
+        docs, approx, st = self._candidates(view, codec, query, keep)
         if p.candidates > 0 and len(docs) > max(p.candidates, rerank):
             docs = docs[_top_stable(approx, view.doc_ids[docs], max(p.candidates, rerank))]
-            approx = self._centroid_interaction(view, np.ascontiguousarray(s.T), docs)
+            approx = self._centroid_interaction(view, st, docs)
         docs = docs[_top_stable(approx, view.doc_ids[docs], rerank)]
         docs = docs[np.argsort(view.doc_ids[docs], kind="stable")]  # exact ties: lower chunk id first
-        scores = self._exact_scores(view, codec, query, docs, np.ascontiguousarray(s.T))
+        scores = self._exact_scores(view, codec, query, docs, st)
         best = top_k(scores, k)
         return view.doc_ids[docs[best]], scores[best]
 
@@ -538,8 +538,8 @@ class CompressedStore(SegmentStore):
         n_live = int(keep.sum())
         if n_live == 0 or k <= 0 or n_live <= rerank:
             return super().search_deep(conn, query, k, allowed, also, exact=False)
-        docs, approx, s = self._candidates(view, codec, query, keep)
-        st = self._centroid_scores(codec, query, np.ascontiguousarray(s.T))
+        docs, approx, st = self._candidates(view, codec, query, keep)
+        st = self._centroid_scores(codec, query, st)
         sel = _top_stable(approx, view.doc_ids[docs], max(k, rerank))
         docs, approx = docs[sel], approx[sel]
         if p.candidates > 0 and len(docs) > rerank:  # PLAID stage 3 orders the deep ones too
@@ -571,11 +571,14 @@ class CompressedStore(SegmentStore):
 
     def _candidates(self, view: _View, codec: ResidualCodec, query: np.ndarray,
                     keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Stages 1-2: (global docs touched by the probed centroids, approximate scores, S)."""
-        s = query @ codec.centroids.T  # (q, K)
-        nprobe = max(1, min(self.settings.nprobe, s.shape[1]))
-        probes = top_per_row(s, nprobe)  # (q, nprobe)
-        pscores = np.take_along_axis(s, probes, axis=1)
+        """Stages 1-2: (global docs touched by the probed centroids, approximate scores, S^T).
+
+        S^T = (K, q) is computed as ``C Q^T``: 6.4 ms at (16384, 384) x (384, 32) here against
+        9 ms for ``Q C^T``, bit-identical, and the exact re-rank wants this layout anyway."""
+        st = codec.centroids @ query.T  # (K, q)
+        nprobe = max(1, min(self.settings.nprobe, st.shape[0]))
+        probes = top_per_column(st, nprobe)  # (q, nprobe)
+        pscores = st[probes, np.arange(len(query))[:, None]]
         impute = pscores.min(axis=1)  # (q,) the nprobe-th best centroid score
         n_docs, nq = len(view.doc_ids), len(query)
         vals = (pscores - impute[:, None]).astype(np.float32)  # (q, nprobe) >= 0
@@ -619,7 +622,7 @@ class CompressedStore(SegmentStore):
         seen[cand] = False
         scores = (acc[cand] + float(impute.sum())).astype(np.float32)
         ok = keep[cand]
-        return cand[ok], scores[ok], s
+        return cand[ok], scores[ok], st
 
     def score(self, conn: sqlite3.Connection, query: np.ndarray, chunk_ids: list[int]) -> np.ndarray:
         query = np.ascontiguousarray(query, dtype=np.float32)
