@@ -129,9 +129,16 @@ def top_per_column(st: np.ndarray, n: int, block: int = 128) -> np.ndarray:
     nb = rows // block
     if rows % block or nb < 2 * n:
         return np.ascontiguousarray(np.argpartition(st, rows - n, axis=0)[rows - n:].T)
-    m = st.reshape(nb, block, cols).max(axis=1)  # (nb, cols)
+    # Block maxima (nb, cols) by halving each block: numpy's max over the middle axis took
+    # 0.54 ms here, the halvings 0.22.
+    m = st.reshape(nb, block, cols)
+    while m.shape[1] % 2 == 0:
+        h = m.shape[1] // 2
+        m = np.maximum(m[:, :h], m[:, h:])
+    m = m.max(axis=1)
     t = np.partition(m, nb - n, axis=0)[nb - n]  # (cols,)
-    r, c = np.nonzero(st >= t)  # >= n per column, row-major
+    # >= n per column; flatnonzero + divmod: np.nonzero of the 2-D mask took 0.9 ms, this 0.06
+    r, c = np.divmod(np.flatnonzero(st >= t), cols)
     order = np.lexsort((r, -st[r, c], c))  # by column, then value descending, then row
     r = r[order]
     first = np.searchsorted(c[order], np.arange(cols))
