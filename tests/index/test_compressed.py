@@ -487,3 +487,19 @@ def test_top_per_column_finds_each_columns_largest_values(cols, n):
         assert all(len(set(row)) == len(row) for row in got.tolist())
         want = np.sort(s, axis=1)[:, ::-1][:, :n]
         np.testing.assert_array_equal(np.sort(np.take_along_axis(s, got, 1), axis=1)[:, ::-1], want)
+
+
+@pytest.mark.parametrize("size,n", [(57000, 64), (1000, 64), (128 * 128, 64), (300, 1), (10, 10)])
+def test_nth_largest_and_top_stable_match_a_full_sort(size, n):
+    """The candidate cut (``_top_stable``'s threshold) from block maxima: the same value as a
+    full sort, also with ties and with a tail shorter than a block."""
+    from supergrep.index.compressed import _nth_largest, _top_stable
+
+    rng = np.random.default_rng(size + n)
+    for x in (rng.standard_normal(size).astype(np.float32),
+              np.round(rng.standard_normal(size), 1).astype(np.float32)):  # many ties
+        assert _nth_largest(x, n) == np.sort(x)[::-1][n - 1]
+        ids = rng.permutation(size) + 1
+        got = _top_stable(x, ids, n)
+        want = np.lexsort((ids, -x))[:n]  # best first, ties by chunk id
+        assert sorted(got.tolist()) == sorted(want.tolist())

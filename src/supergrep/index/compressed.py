@@ -145,6 +145,25 @@ def top_per_column(st: np.ndarray, n: int, block: int = 128) -> np.ndarray:
     return r[first[:, None] + np.arange(n)[None, :]]
 
 
+def _nth_largest(x: np.ndarray, n: int, block: int = 128) -> np.generic:
+    """The ``n``-th largest value of 1-D ``x`` (1 <= n <= len(x)).
+
+    As in ``top_per_column``: the ``n``-th largest block maximum is a lower bound, so only the
+    few values above it are partitioned (0.1 vs 0.55 ms for 64 of ~57K candidates).
+
+    >>> x = np.array([3.0, 9.0, 1.0, 7.0, 7.0, 2.0, 8.0])
+    >>> [float(_nth_largest(x, n, block=2)) for n in (1, 2, 3, 4)]  # blocks for n = 1, then argpartition
+    [9.0, 8.0, 7.0, 7.0]
+    """
+    nb = len(x) // block
+    if nb < 2 * n:
+        return x[np.argpartition(x, len(x) - n)[len(x) - n]]
+    m = x[: nb * block].reshape(nb, block).max(axis=1)
+    t = np.partition(m, nb - n)[nb - n]  # n blocks hold a value >= t
+    sub = x[x >= t]
+    return np.partition(sub, len(sub) - n)[len(sub) - n]
+
+
 def _top_stable(scores: np.ndarray, ids: np.ndarray, n: int) -> np.ndarray:
     """Indices of the ``n`` best scores, ties at the cut broken by chunk id (approximate scores
     tie often; this keeps the candidates independent of how documents fall into segments).
@@ -156,7 +175,7 @@ def _top_stable(scores: np.ndarray, ids: np.ndarray, n: int) -> np.ndarray:
         return np.arange(len(scores))
     if n <= 0:
         return np.zeros(0, np.int64)
-    thr = scores[np.argpartition(-scores, n - 1)[:n]].min()
+    thr = _nth_largest(scores, n)
     above = np.flatnonzero(scores > thr)
     ties = np.flatnonzero(scores == thr)
     ties = ties[np.argsort(ids[ties], kind="stable")][: n - len(above)]
