@@ -152,7 +152,7 @@ def _nth_largest(x: np.ndarray, n: int, block: int = 128) -> np.generic:
     few values above it are partitioned (0.1 vs 0.55 ms for 64 of ~57K candidates).
 
     >>> x = np.array([3.0, 9.0, 1.0, 7.0, 7.0, 2.0, 8.0])
-    >>> [float(_nth_largest(x, n, block=2)) for n in (1, 2, 3, 4)]  # blocks for n = 1, then argpartition
+    >>> [float(_nth_largest(x, n, block=2)) for n in (1, 2, 3, 4)]  # n = 1 through the blocks
     [9.0, 8.0, 7.0, 7.0]
     """
     nb = len(x) // block
