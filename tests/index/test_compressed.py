@@ -364,6 +364,41 @@ def test_candidate_generation_equals_the_reference(tmp_path, data, cuts):
         np.testing.assert_allclose(approx, [want[int(g)] for g in got], rtol=1e-5, atol=1e-5)
 
 
+def test_an_interrupted_candidate_merge_leaves_no_dirty_scratch(tmp_path, data, monkeypatch):
+    """The merge's doc-sized buffers are reused zeroed across queries; an interrupt in the middle
+    (Ctrl-C, a daemon thread cancelled) must not leak its partial sums into the next query."""
+    from supergrep.index import compressed as C
+
+    docs, _, codec = data
+    s, conn = new_store(tmp_path, codec, nprobe=3)
+    tx(conn, s.add, list(docs), list(docs.values()))
+    q, other = queries_from(docs, np.random.default_rng(9), n=2)
+    view, _ = s._view_for(conn)
+    want = s._candidates(view, codec, q, view.live)
+
+    class Interrupting:
+        def __call__(self, *a, **kw):
+            return np.maximum(*a, **kw)
+
+        def at(self, buf, idx, vals):
+            np.maximum.at(buf, idx, vals)  # partial work lands in the scratch, then:
+            raise KeyboardInterrupt
+
+    class NumPy:
+        maximum = Interrupting()
+
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+    monkeypatch.setattr(C, "np", NumPy())
+    with pytest.raises(KeyboardInterrupt):
+        s._candidates(view, codec, other * 4, view.live)  # larger values than q's
+    monkeypatch.setattr(C, "np", np)
+    got = s._candidates(view, codec, q, view.live)
+    assert got[0].tolist() == want[0].tolist()
+    np.testing.assert_array_equal(got[1], want[1])
+
+
 def test_candidate_generation_equals_the_reference_after_drift(tmp_path, data):
     """Segments written before the codebook grew have shorter inverted-list offsets: a probe of
     a new centroid finds nothing there and everything in the newer segment."""
