@@ -185,12 +185,12 @@ def test_bench_cli_train_and_encode(tmp_path):
     assert [r["mode"] for r in rows] == ["padded", "varlen"] and "real tokens" in rows[1]["what"]
     assert rows[0]["tokens"] == rows[1]["tokens"] and all(r["tokens_per_s"] > 0 for r in rows)
     assert rows[1]["min_cosine_vs_first"] > 0.9999  # the same vectors (fp32 on a CPU)
-    # the modifiers: float16 to the host (converted there), residuals outside the GEMMs
+    # the modifier: float16 to the host (converted there)
     got = runner.invoke(cli, ["bench", "encode", "-w", "minilm-tiny", "--work-dir", str(tmp_path / "w"), "--docs", "20",
-                              "--no-index", "--modes", "varlen,varlen+half+unfused", "--json", "--device", "cpu"])
+                              "--no-index", "--modes", "varlen,varlen+half", "--json", "--device", "cpu"])
     assert got.exit_code == 0, got.output
     rows = json.loads(got.stdout)["rows"]
-    assert [r["mode"] for r in rows] == ["varlen", "varlen+half+unfused"]
+    assert [r["mode"] for r in rows] == ["varlen", "varlen+half"]
     assert 0.999 < rows[1]["min_cosine_vs_first"] < 1.0  # float16-rounded, not the same vectors
     from cli_runner import run_main
 

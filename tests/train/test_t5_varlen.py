@@ -274,37 +274,6 @@ def test_plain_frozen_projections_fuse_into_one_gemm(tiny_model):
     torch.testing.assert_close(project(x, [sa.query, sa.key, sa.value]), want)
 
 
-def test_the_residual_joins_the_gemm_only_when_nothing_trains(monkeypatch):
-    """``add_linear``: h + W x as one addmm at index time (no autograd, dropout off, a plain
-    bias-free Linear); training, dropout or a bias keep the separate add, with its gradients."""
-    from torch import nn
-
-    from supergrep.backends import torch_t5_varlen as V
-
-    calls = []
-    real = V.residual_linear
-    monkeypatch.setattr(V, "residual_linear", lambda *a: calls.append(1) or real(*a))
-    torch.manual_seed(0)
-    lin, drop = nn.Linear(8, 6, bias=False), nn.Dropout(0.1).eval()
-    h, x = torch.randn(5, 6), torch.randn(5, 8)
-    want = h + x @ lin.weight.T
-    with torch.inference_mode():
-        torch.testing.assert_close(V.add_linear(h, x, lin, drop), want)
-    assert calls == [1]
-    out = V.add_linear(h, x, lin, drop)  # grad mode: the weight trains
-    out.sum().backward()
-    assert calls == [1] and lin.weight.grad is not None
-    torch.testing.assert_close(out, want)
-    with torch.inference_mode():
-        drop.train()  # a dropout that is on stays outside
-        V.add_linear(h, x, lin, drop)
-        biased = nn.Linear(8, 6)
-        torch.testing.assert_close(V.add_linear(h, x, biased, drop.eval()), h + biased(x))
-        monkeypatch.setattr(V, "FUSE_RESIDUAL", False)
-        V.add_linear(h, x, lin, drop)
-    assert calls == [1]
-
-
 def test_varlen_needs_packing_and_a_supported_model(tiny_t5, pairs_file, tmp_path):
     from test_trainer import cfg_for, trainer_and_batch
 

@@ -38,34 +38,6 @@ def project(x: torch.Tensor, mods: list[nn.Module], fuse: bool = True) -> torch.
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
 
 
-# Index-time encoding adds the attention and feed-forward outputs to the residual stream inside
-# their GEMMs (addmm, beta = 1) instead of in the next norm's fused kernel, which then reads one
-# (N, d_model) tensor and writes one instead of reading two and writing two (``add_linear``).
-FUSE_RESIDUAL = True
-
-
-@torch.library.custom_op("supergrep::residual_linear", mutates_args=())
-def residual_linear(h: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``h + x @ weight.T`` as one GEMM. An op of its own because Inductor splits a plain
-    ``addmm`` whose users are pointwise back into a GEMM and an add (unfuse_bias_add_to_pointwise)."""
-    return torch.addmm(h, x, weight.t())
-
-
-@residual_linear.register_fake
-def _(h: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(h)
-
-
-def add_linear(h: torch.Tensor, x: torch.Tensor, mod: nn.Module, dropout: nn.Module, fuse: bool = True) -> torch.Tensor:
-    """``h + dropout(mod(x))``: one GEMM with the residual as its C operand when nothing is
-    recorded for a backward and the dropout is off (index-time encoding) and ``mod`` is a plain
-    bias-free Linear; otherwise as written (training, LoRA-wrapped projections)."""
-    if (FUSE_RESIDUAL and fuse and not torch.is_grad_enabled() and not dropout.training
-            and type(mod) is nn.Linear and mod.bias is None and h.dtype == x.dtype == mod.weight.dtype):
-        return residual_linear(h, x, mod.weight)
-    return h + dropout(project(x, [mod], fuse))
-
-
 def varlen_forward(encoder: nn.Module, ids: torch.Tensor, cu: torch.Tensor, max_len: int,
                    fuse: bool = True) -> torch.Tensor:
     """Last hidden states (N, d_model) of HF T5EncoderModel ``encoder`` over the flat tokens
@@ -82,7 +54,7 @@ def varlen_forward(encoder: nn.Module, ids: torch.Tensor, cu: torch.Tensor, max_
         sa = sa_layer.SelfAttention
         qkv = project(sa_layer.layer_norm(h), [sa.q, sa.k, sa.v], fuse)  # (N, 3 * heads * d_kv)
         o = t5_varlen_attention(qkv, cu, max_len, table, dist, sa.n_heads)  # T5 does not scale scores
-        h = add_linear(h, o, sa.o, sa_layer.dropout, fuse)
+        h = h + sa_layer.dropout(project(o, [sa.o], fuse))
         ff = ff_layer.DenseReluDense
         x = ff_layer.layer_norm(h)
         if hasattr(ff, "wi_0"):  # gated (T5 v1.1, XTR): act(wi_0 x) * wi_1 x
@@ -91,7 +63,7 @@ def varlen_forward(encoder: nn.Module, ids: torch.Tensor, cu: torch.Tensor, max_
             a = ff.act(g[..., :width]) * g[..., width:]
         else:
             a = ff.act(project(x, [ff.wi], fuse))
-        h = add_linear(h, ff.dropout(a), ff.wo, ff_layer.dropout, fuse)
+        h = h + ff_layer.dropout(project(ff.dropout(a), [ff.wo], fuse))
     return stack.dropout(stack.final_layer_norm(h))
 
 
