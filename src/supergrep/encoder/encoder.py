@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from supergrep.arrays import cast
 from supergrep.backends import load_backend
 from supergrep.encoder.spec import ModelSpec, resolve_model
 from supergrep.encoder.tokenize import Role, RoleTokenizer, _one_line
@@ -197,7 +198,7 @@ class Encoder:
     def _split(batch, flat_ids, job, lengths, skip, out, progress) -> None:
         # one float32 array for the whole batch, each document a view of it: one allocation
         # instead of one per document (at 384-d those were most of the host's time)
-        vecs = np.array(job.result(), dtype=np.float32)  # (N, dim), always a copy: the buffer is reused
+        vecs = cast(job.result(), np.float32)  # (N, dim), always a copy: the buffer is reused
         keep = None if skip is None else ~np.isin(flat_ids, skip)
         at = 0
         for i in batch:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from supergrep.arrays import cast
 from supergrep.errors import IndexCorruptError
 from supergrep.index.format import VECTOR_DIR, crashpoint, fsync_dir
 from supergrep.scoring.maxsim import maxsim_packed, top_k
@@ -256,7 +257,7 @@ class SegmentStore(VectorStore):
         if self.vector_dtype == "int8":
             packed, scales = quantize_rows(packed)  # (n_tokens, dim) int8, (n_tokens,) float32
         else:
-            packed = packed.astype(np.float16)
+            packed = cast(packed, np.float16)  # torch's vectorised cast when loaded (arrays.py)
         layout = np.stack([ids, offsets, lengths], axis=1) if len(ids) else np.zeros((0, 3), np.int64)
         self.dir.mkdir(parents=True, exist_ok=True)
         seg = self._new_segment_id(conn)

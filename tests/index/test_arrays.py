@@ -1,0 +1,42 @@
+"""arrays.cast: the store's float32 -> float16 and the encoder's host copies, through torch's
+vectorised kernels when torch is loaded: the same bits as NumPy, always a fresh array."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from supergrep import arrays
+
+
+def _values(n: int) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    edge = np.array([np.inf, -np.inf, np.nan, 65504, 65519.99, 65520, 1e-8, -0.0, 6e-5, 6.1e-5, 1e5], np.float32)
+    return np.concatenate([(rng.standard_normal(n) * 300).astype(np.float32), edge]).reshape(-1, 1)
+
+
+@pytest.mark.parametrize("with_torch", [True, False])
+def test_cast_gives_numpys_bits_and_a_fresh_array(with_torch, monkeypatch):
+    pytest.importorskip("torch")
+    if not with_torch:
+        monkeypatch.delitem(sys.modules, "torch")
+    x = _values(arrays.TORCH_FROM * 2)
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16)
+    got = arrays.cast(x, np.float16)
+    assert got.dtype == np.float16 and got.flags.c_contiguous
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+    back = arrays.cast(got, np.float32)
+    np.testing.assert_array_equal(back, got.astype(np.float32))
+    same = arrays.cast(x, np.float32)  # a copy, not a view: the encoder's pinned buffer is reused
+    assert not np.shares_memory(same, x)
+    np.testing.assert_array_equal(same, x)
+
+
+def test_small_and_other_dtypes_stay_in_numpy():
+    x = np.arange(10, dtype=np.int64)
+    assert arrays.cast(x, np.float16).tolist() == list(range(10))
+    y = np.arange(arrays.TORCH_FROM * 2, dtype=np.float64)
+    assert arrays.cast(y, np.float16).dtype == np.float16
