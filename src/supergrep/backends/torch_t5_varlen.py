@@ -17,9 +17,6 @@ dropout on the attention probabilities. The hidden-state dropouts stay.
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import torch
 from torch import nn
 
@@ -41,46 +38,6 @@ def project(x: torch.Tensor, mods: list[nn.Module], fuse: bool = True) -> torch.
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
 
 
-# Index-time encoding of gated-GELU T5 models on CUDA: wi_0, wi_1 and the activation as one
-# Triton GEMM (``triton_gated_gelu.py``) instead of a cuBLAS GEMM plus an elementwise pass.
-GATED_GEMM = True
-_TANH_GELUS = ("NewGELUActivation", "GELUTanh", "PytorchGELUTanh", "FastGELUActivation")
-
-
-def _gated_tiles() -> dict:
-    """The kernel's tiles, or ``SUPERGREP_GATED_GEMM=block_m,block_n,block_k,warps,stages``."""
-    env = os.environ.get("SUPERGREP_GATED_GEMM")
-    if not env:
-        return {}
-    bm, bn, bk, w, st = (int(v) for v in env.split(","))
-    return {"block_m": bm, "block_n": bn, "block_k": bk, "num_warps": w, "num_stages": st}
-
-
-@torch.library.custom_op("supergrep::gated_gelu", mutates_args=())
-def gated_gelu(x: torch.Tensor, w0: torch.Tensor, w1: torch.Tensor) -> torch.Tensor:
-    """gelu_tanh(x w0^T) * (x w1^T) in one Triton GEMM (an op of its own: opaque to Inductor)."""
-    from supergrep.backends.triton_gated_gelu import gated_gelu as kernel
-
-    return kernel(x, w0, w1, **_gated_tiles())
-
-
-@gated_gelu.register_fake
-def _(x: torch.Tensor, w0: torch.Tensor, w1: torch.Tensor) -> torch.Tensor:
-    return x.new_empty((x.shape[0], w0.shape[0]))
-
-
-def _gated_gemm_applies(x: torch.Tensor, ff: nn.Module) -> bool:
-    """Inference (nothing recorded for a backward, dropout off) of plain bias-free wi_0/wi_1 with
-    a tanh GELU, where the Triton kernel runs (CUDA, or Triton's interpreter in the tests)."""
-    if not GATED_GEMM or torch.is_grad_enabled() or ff.dropout.training:
-        return False
-    if not (x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1") or importlib.util.find_spec("triton") is None:
-        return False
-    mods = (ff.wi_0, ff.wi_1)
-    return (type(ff.act).__name__ in _TANH_GELUS and all(type(m) is nn.Linear and m.bias is None for m in mods)
-            and x.dtype == ff.wi_0.weight.dtype == ff.wi_1.weight.dtype)
-
-
 def varlen_forward(encoder: nn.Module, ids: torch.Tensor, cu: torch.Tensor, max_len: int,
                    fuse: bool = True) -> torch.Tensor:
     """Last hidden states (N, d_model) of HF T5EncoderModel ``encoder`` over the flat tokens
@@ -100,9 +57,7 @@ def varlen_forward(encoder: nn.Module, ids: torch.Tensor, cu: torch.Tensor, max_
         h = h + sa_layer.dropout(project(o, [sa.o], fuse))
         ff = ff_layer.DenseReluDense
         x = ff_layer.layer_norm(h)
-        if hasattr(ff, "wi_0") and fuse and _gated_gemm_applies(x, ff):
-            a = gated_gelu(x, ff.wi_0.weight, ff.wi_1.weight)
-        elif hasattr(ff, "wi_0"):  # gated (T5 v1.1, XTR): act(wi_0 x) * wi_1 x
+        if hasattr(ff, "wi_0"):  # gated (T5 v1.1, XTR): act(wi_0 x) * wi_1 x
             g = project(x, [ff.wi_0, ff.wi_1], fuse)
             width = g.shape[-1] // 2
             a = ff.act(g[..., :width]) * g[..., width:]

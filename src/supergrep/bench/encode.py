@@ -35,10 +35,9 @@ def encoder_flops(backend, dim: int) -> ModelFlops:
 
 
 MODES = ("padded", "varlen", "varlen+compile", "varlen+autotune")
-# Modifiers of the varlen modes, for same-process comparisons with what they replaced: ``half``
-# hands the host float16 vectors to convert (the path before 2026-11-24's float32 default);
-# ``splitgelu`` runs T5's wi_0/wi_1 GEMM and its gated GELU apart (``torch_t5_varlen.GATED_GEMM`` off).
-MODIFIERS = ("half", "splitgelu")
+# Modifier of the varlen modes, for a same-process comparison with what it replaced: ``half``
+# hands the host float16 vectors to convert (the path before 2026-11-24's float32 default).
+MODIFIERS = ("half",)
 
 
 def parse_mode(mode: str) -> tuple[str, set[str]]:
@@ -173,9 +172,6 @@ def run_encode_bench(wl: Workload, device: str = "auto", n_docs: int = 2000, ind
         if mode == "padded":
             backend.varlen = False
         else:  # this mode's forward from the first batch (no switch to compiled midway)
-            from supergrep.backends import torch_t5_varlen
-
-            torch_t5_varlen.GATED_GEMM = "splitgelu" not in mods
             backend.flat_host_dtype = torch.float16 if "half" in mods else torch.float32
             backend.set_flat_mode(base.partition("+")[2] or "eager")
         calls: list[int] = []  # documents per forward call, as reported through progress
@@ -212,9 +208,7 @@ def run_encode_bench(wl: Workload, device: str = "auto", n_docs: int = 2000, ind
     for k, v in defaults.items():
         setattr(backend, k, v)
     if hasattr(backend, "flat_host_dtype"):
-        from supergrep.backends import torch_t5_varlen
-
-        backend.flat_host_dtype, torch_t5_varlen.GATED_GEMM = torch.float32, True
+        backend.flat_host_dtype = torch.float32
     if index_root is not None:
         rows.append(index_run(enc, Path(index_root)))
     return {"kind": "encode", "workload": wl.describe(), "device": dev, "dtype": backend.dtype, "peak": peak,
