@@ -31,7 +31,7 @@ def cast(x: np.ndarray, dtype) -> np.ndarray:
     torch = sys.modules.get("torch")
     name = _TORCH_DTYPES.get(dtype.name)
     if (torch is None or name is None or x.dtype.name not in _TORCH_DTYPES or x.size < TORCH_FROM
-            or not hasattr(torch, "from_numpy")):
+            or not x.flags.writeable or not hasattr(torch, "from_numpy")):  # torch warns on read-only arrays
         return np.array(x, dtype=dtype, order="C")
     src = torch.from_numpy(np.ascontiguousarray(x))
     return src.to(getattr(torch, name), copy=True).numpy()

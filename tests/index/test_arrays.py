@@ -40,3 +40,19 @@ def test_small_and_other_dtypes_stay_in_numpy():
     assert arrays.cast(x, np.float16).tolist() == list(range(10))
     y = np.arange(arrays.TORCH_FROM * 2, dtype=np.float64)
     assert arrays.cast(y, np.float16).dtype == np.float16
+
+
+def test_read_only_arrays_cast_without_a_warning(tmp_path):
+    """Memory-mapped segments are read-only: torch.from_numpy would warn, so NumPy casts them."""
+    import warnings
+
+    x = _values(arrays.TORCH_FROM * 2)
+    path = tmp_path / "v.npy"
+    np.save(path, x)
+    ro = np.load(path, mmap_mode="r")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        with np.errstate(over="ignore"):
+            got = arrays.cast(ro, np.float16)
+            want = x.astype(np.float16)
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
