@@ -18,7 +18,7 @@ import numpy as np
 # Below this many values NumPy is fast enough and torch's dispatch is not worth it.
 TORCH_FROM = 1 << 16
 
-_TORCH_DTYPES = {"float16": "float16", "float32": "float32"}
+_TORCH_DTYPES = ("float16", "float32")  # the same names in NumPy and torch
 
 
 def cast(x: np.ndarray, dtype) -> np.ndarray:
@@ -29,9 +29,8 @@ def cast(x: np.ndarray, dtype) -> np.ndarray:
     """
     dtype = np.dtype(dtype)
     torch = sys.modules.get("torch")
-    name = _TORCH_DTYPES.get(dtype.name)
-    if (torch is None or name is None or x.dtype.name not in _TORCH_DTYPES or x.size < TORCH_FROM
+    if (torch is None or dtype.name not in _TORCH_DTYPES or x.dtype.name not in _TORCH_DTYPES or x.size < TORCH_FROM
             or not x.flags.writeable or not hasattr(torch, "from_numpy")):  # torch warns on read-only arrays
         return np.array(x, dtype=dtype, order="C")
     src = torch.from_numpy(np.ascontiguousarray(x))
-    return src.to(getattr(torch, name), copy=True).numpy()
+    return src.to(getattr(torch, dtype.name), copy=True).numpy()

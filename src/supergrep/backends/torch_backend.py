@@ -412,7 +412,7 @@ class TorchBackend:
         vecs = torch.nn.functional.normalize(self.head(hidden).float(), p=2, dim=-1)  # (N, dim)
         # float32 by default: the GPU converts for free, while the host's float16 -> float32
         # conversion (NumPy) was the encoder's bottleneck (flat_host_dtype)
-        return vecs if self.flat_host_dtype == torch.float32 else vecs.to(self.flat_host_dtype)
+        return vecs.to(self.flat_host_dtype)
 
     @torch.inference_mode()
     def forward_flat(self, input_ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -149,7 +149,8 @@ def run_encode_bench(wl: Workload, device: str = "auto", n_docs: int = 2000, ind
     lengths = sample_lengths(n_docs, cap, rng)
     docs = [rng.integers(1000 if wl.vocab > 2000 else 5, wl.vocab, size=int(n)) for n in lengths]
     memory = MemoryRecorder(device=dev)
-    defaults = {k: getattr(backend, k) for k in ("varlen", "_flat", "_flat_compile_after") if hasattr(backend, k)}
+    defaults = {k: getattr(backend, k) for k in ("varlen", "_flat", "_flat_compile_after", "flat_host_dtype")
+                if hasattr(backend, k)}
     if modes is None:
         modes = ("padded", "varlen") if defaults.get("varlen") else ("padded",)
     can_varlen = hasattr(backend, "forward_flat") and backend._choose_varlen(spec, True)
@@ -207,8 +208,6 @@ def run_encode_bench(wl: Workload, device: str = "auto", n_docs: int = 2000, ind
                      "warmup_s": warmup_s, "warmup_tokens": int(sum(len(d) for d in warm)), **split})
     for k, v in defaults.items():
         setattr(backend, k, v)
-    if hasattr(backend, "flat_host_dtype"):
-        backend.flat_host_dtype = torch.float32
     if index_root is not None:
         rows.append(index_run(enc, Path(index_root)))
     return {"kind": "encode", "workload": wl.describe(), "device": dev, "dtype": backend.dtype, "peak": peak,

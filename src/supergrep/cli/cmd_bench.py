@@ -110,14 +110,14 @@ def bench_train_cmd(workloads, model_path, batch_size, doc_cap, work_dir, out_di
 
 
 def _modes(text: str | None) -> tuple[str, ...] | None:
-    from supergrep.bench.encode import parse_mode
+    from supergrep.bench.encode import MODES, parse_mode
     from supergrep.errors import UsageError
 
     if not text:
         return None
     modes = tuple(m.strip() for m in text.split(",") if m.strip())
     if not modes:
-        raise UsageError(f"--modes: no mode in {text!r}; choose from padded, varlen, varlen+compile, varlen+autotune")
+        raise UsageError(f"--modes: no mode in {text!r}; choose from {', '.join(MODES)}")
     for m in modes:
         try:
             parse_mode(m)
