@@ -10,7 +10,16 @@ of a `bench train` variant, after its warm-up (compilation included), summarised
         --warmup 15 --steps 8 --out $OUT/trace
 
 Writes ``<out>/<variant>.md`` (the tables) and ``<out>/<variant>.json`` (the figures);
-``--chrome`` also writes the Chrome trace (``.json.gz``).
+``--chrome`` also writes the Chrome trace (``.json.gz``). The tables include the GPU's idle gaps
+(over 0.1 ms) with the host ops that were running when each began, and the host ``aten::copy_``
+calls by input shape.
+
+``--ab ATTR`` compares a trainer switch in one process after the warm-up: timed segments of
+``--steps`` steps alternate ``ATTR = True`` / ``False`` (both orders, ``--rounds`` pairs), then each
+state is profiled. Example, the host copies of a step (``TorchTrainer.stage_copies``):
+
+    python benchmarks/step_trace.py --model-path .gpu/minilm-fp16 \
+        --variants bs=192+bf16+compile+varlen+packing --warmup 60 --steps 20 --ab stage_copies --out $OUT/ab
 """
 
 from __future__ import annotations
@@ -39,6 +48,47 @@ def busy_ms(events) -> float:
     return total / 1000.0  # us -> ms
 
 
+def busy_spans(events) -> list[tuple[float, float]]:
+    """The merged (start, end) device intervals (us) of the kernels, in time order."""
+    spans = sorted((e.time_range.start, e.time_range.end) for e in events)
+    out: list[list[float]] = []
+    for s, e in spans:
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(a, b) for a, b in out]
+
+
+def idle_gaps(kernels, cpu_events, min_us: float = 100.0) -> list[dict]:
+    """The GPU's idle gaps longer than ``min_us`` between its first and last kernel, each with
+    the host ops (outermost first) in progress on the host when it began: what the host was
+    doing while the device had nothing queued."""
+    spans = busy_spans(kernels)
+    cpu = sorted(((e.time_range.start, e.time_range.end, e.name) for e in cpu_events), key=lambda t: t[0])
+    gaps = []
+    for (_, end), (nxt, _) in zip(spans, spans[1:]):
+        if nxt - end < min_us:
+            continue
+        stack = [name for a, b, name in cpu if a <= end <= b]
+        gaps.append({"start_us": end, "ms": (nxt - end) / 1000.0, "host": stack})
+    return gaps
+
+
+def gap_table(gaps: list[dict], n_steps: int, top: int = 12) -> list[dict]:
+    """Idle gaps summed by what the host was doing (its two outermost labelled ops + the innermost)."""
+    by: dict[str, list[float]] = {}
+    for g in gaps:
+        st = g["host"]
+        labels = [n for n in st if n.startswith(("sg::", "Optimizer", "## Call", "Torch-Compiled", "CompiledFunction"))]
+        key = " > ".join(labels[:2] + ([st[-1]] if st and (not labels or st[-1] != labels[-1]) else [])) or "(no host op)"
+        b = by.setdefault(key, [0.0, 0])
+        b[0] += g["ms"] / n_steps
+        b[1] += 1 / n_steps
+    rows = [{"host": k, "ms_per_step": v[0], "gaps_per_step": v[1]} for k, v in by.items()]
+    return sorted(rows, key=lambda r: -r["ms_per_step"])[:top]
+
+
 def kernel_group(name: str) -> str:
     """A kernel's family, for the per-step breakdown."""
     if "flex_attention" in name or name.startswith("triton_tem"):
@@ -54,6 +104,80 @@ def kernel_group(name: str) -> str:
     return "other (ATen elementwise, reductions, optimizer)"
 
 
+def profile_steps(tr, timed, bs: int, cuda: bool, top: int, label: str):
+    """Profile ``timed`` steps: (figures dict, markdown lines, the profiler)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []),
+                 record_shapes=True) as prof:
+        t0 = time.perf_counter()
+        for b in timed:
+            tr.train_step(b, 1e-3)
+        sync()
+        wall_ms = (time.perf_counter() - t0) * 1000 / len(timed)
+    events = prof.events()
+    kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    cpu_events = [e for e in events if e.device_type == torch.autograd.DeviceType.CPU]
+    busy = busy_ms(kernels) / len(timed) if kernels else 0.0
+    n_kernels = len(kernels) / len(timed)
+    avg = prof.key_averages()
+    # kernels only: a Triton kernel's host-side launcher carries the same name and device time
+    by_dev = sorted((a for a in avg if a.self_device_time_total > 0
+                     and a.device_type == torch.autograd.DeviceType.CUDA), key=lambda a: -a.self_device_time_total)
+    groups: dict[str, list[float]] = {}
+    for e in kernels:
+        g = groups.setdefault(kernel_group(e.name), [0.0, 0])
+        g[0] += e.time_range.elapsed_us() / 1000 / len(timed)
+        g[1] += 1 / len(timed)
+    by_cpu = sorted(avg, key=lambda a: -a.self_cpu_time_total)
+    total_dev = sum(a.self_device_time_total for a in by_dev) or 1.0
+    gaps = idle_gaps(kernels, cpu_events) if kernels else []
+    copies = sorted((a for a in prof.key_averages(group_by_input_shape=True) if a.key == "aten::copy_"),
+                    key=lambda a: -a.self_cpu_time_total)
+    res = {
+        "variant": label, "batch_size": bs, "steps": len(timed),
+        "step_ms_profiled": wall_ms, "gpu_busy_ms": busy,
+        "gpu_busy_fraction": busy / wall_ms, "kernels_per_step": n_kernels,
+        "gpu_idle_gaps_ms_per_step": sum(g["ms"] for g in gaps) / len(timed),
+        "idle_gaps_by_host_op": gap_table(gaps, len(timed)),
+        "host_copies": [{"input_shapes": str(a.input_shapes)[:120], "ms_per_step": a.self_cpu_time_total / 1000 / len(timed),
+                         "calls_per_step": a.count / len(timed)} for a in copies[:top]],
+        "kernel_groups": {k: {"ms_per_step": v[0], "calls_per_step": v[1]} for k, v in
+                          sorted(groups.items(), key=lambda kv: -kv[1][0])},
+        "top_device": [{"name": a.key, "ms_per_step": a.self_device_time_total / 1000 / len(timed),
+                        "share": a.self_device_time_total / total_dev, "calls_per_step": a.count / len(timed)}
+                       for a in by_dev[:top]],
+        "top_cpu": [{"name": a.key, "ms_per_step": a.self_cpu_time_total / 1000 / len(timed),
+                     "calls_per_step": a.count / len(timed)} for a in by_cpu[:top]],
+    }
+    lines = [f"{wall_ms:.1f} ms/step profiled; GPU busy {busy:.1f} ms/step = {busy / wall_ms:.0%}; "
+             f"{n_kernels:.0f} kernels/step; GPU idle in gaps over 0.1 ms: "
+             f"{res['gpu_idle_gaps_ms_per_step']:.1f} ms/step", "",
+             "| kernel group | ms/step | calls/step |", "|---|---|---|"]
+    lines += [f"| {k} | {v['ms_per_step']:.2f} | {v['calls_per_step']:.0f} |" for k, v in res["kernel_groups"].items()]
+    lines += ["", "| GPU idle gaps: host op when each began | idle ms/step | gaps/step |", "|---|---|---|"]
+    lines += [f"| {r['host'][:110]} | {r['ms_per_step']:.2f} | {r['gaps_per_step']:.1f} |"
+              for r in res["idle_gaps_by_host_op"]]
+    lines += ["", "| host aten::copy_ by input shapes | self CPU ms/step | calls/step |", "|---|---|---|"]
+    lines += [f"| {r['input_shapes']} | {r['ms_per_step']:.2f} | {r['calls_per_step']:.1f} |" for r in res["host_copies"]]
+    lines += ["", "| kernel (device) | ms/step | share | calls/step |", "|---|---|---|---|"]
+    lines += [f"| {r['name'][:90]} | {r['ms_per_step']:.2f} | {r['share']:.1%} | {r['calls_per_step']:.0f} |"
+              for r in res["top_device"]]
+    lines += ["", "| op (host) | self CPU ms/step | calls/step |", "|---|---|---|"]
+    lines += [f"| {r['name'][:90]} | {r['ms_per_step']:.2f} | {r['calls_per_step']:.0f} |" for r in res["top_cpu"]]
+    return res, lines, prof
+
+
+def timed_ms(tr, batches, sync) -> float:
+    t0 = time.perf_counter()
+    for b in batches:
+        tr.train_step(b, 1e-3)
+    sync()
+    return (time.perf_counter() - t0) * 1000 / len(batches)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workload", default="xtr-base")
@@ -62,6 +186,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=15)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--ab", default="", help="a boolean trainer attribute to compare, True vs False, after the warm-up")
+    ap.add_argument("--rounds", type=int, default=2, help="--ab: pairs of timed segments (alternating orders)")
     ap.add_argument("--work-dir", default="/tmp/sg-trace-work")
     ap.add_argument("--chrome", action="store_true")
     ap.add_argument("--no-profile", default="cudagraphs",
@@ -72,7 +198,6 @@ def main() -> None:
     args = ap.parse_args()
 
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     from supergrep.bench.train import build_trainer, parse_variant
     from supergrep.bench.workloads import get_workload, make_batches, make_pool
@@ -83,7 +208,8 @@ def main() -> None:
     for name in [v for v in args.variants.split(",") if v.strip()]:
         v = parse_variant(name)
         bs = v.batch_size or wl.batch_size
-        pool = make_pool(wl, bs * (args.warmup + args.steps), 0)
+        n_timed = args.steps * (2 * args.rounds + 1) if args.ab else args.steps
+        pool = make_pool(wl, bs * (args.warmup + n_timed), 0)
         batches = make_batches(pool, wl, bs, v.batching, v.packing, 0, v.pad_multiple)
         tr = build_trainer(wl, v, args.device, bs)
         cuda = args.device.startswith("cuda")
@@ -93,75 +219,54 @@ def main() -> None:
             tr.train_step(b, 1e-3)
         sync()
         warm_s = time.perf_counter() - t0
-        timed = batches[args.warmup :]
-        t0 = time.perf_counter()
-        for b in timed:  # unprofiled: the step as `train` runs it
-            tr.train_step(b, 1e-3)
-        sync()
-        plain_ms = (time.perf_counter() - t0) * 1000 / len(timed)
+        rest = batches[args.warmup :]
+        timed = rest[: args.steps]
+        plain_ms = timed_ms(tr, timed, sync)  # unprofiled: the step as `train` runs it
         print(f"{v.name}: step {plain_ms:.1f} ms unprofiled ({bs * 1000 / plain_ms:.1f} samples/s), "
               f"warm-up {warm_s:.0f} s", flush=True)
         safe = v.name.replace("+", "_").replace("=", "")
-        if args.no_profile and args.no_profile in v.name:
-            (out / f"{safe}.json").write_text(json.dumps({
-                "variant": v.name, "batch_size": bs, "steps": len(timed), "warmup_s": warm_s,
-                "step_ms_unprofiled": plain_ms, "samples_per_s_unprofiled": bs * 1000 / plain_ms}, indent=1))
-            del tr
-            torch._dynamo.reset()
-            continue
-        with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
-            t0 = time.perf_counter()
-            for b in timed:
-                tr.train_step(b, 1e-3)
-            sync()
-            wall_ms = (time.perf_counter() - t0) * 1000 / len(timed)
-        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-        busy = busy_ms(kernels) / len(timed) if kernels else 0.0
-        n_kernels = len(kernels) / len(timed)
-        avg = prof.key_averages()
-        # kernels only: a Triton kernel's host-side launcher carries the same name and device time
-        by_dev = sorted((a for a in avg if a.self_device_time_total > 0
-                         and a.device_type == torch.autograd.DeviceType.CUDA), key=lambda a: -a.self_device_time_total)
-        groups: dict[str, list[float]] = {}
-        for e in kernels:
-            g = groups.setdefault(kernel_group(e.name), [0.0, 0])
-            g[0] += e.time_range.elapsed_us() / 1000 / len(timed)
-            g[1] += 1 / len(timed)
-        by_cpu = sorted(avg, key=lambda a: -a.self_cpu_time_total)
-        total_dev = sum(a.self_device_time_total for a in by_dev) or 1.0
-        res = {
-            "variant": v.name, "batch_size": bs, "steps": len(timed), "warmup_s": warm_s,
-            "step_ms_unprofiled": plain_ms, "step_ms_profiled": wall_ms, "gpu_busy_ms": busy,
-            "gpu_busy_fraction": busy / wall_ms, "kernels_per_step": n_kernels,
-            "samples_per_s_unprofiled": bs * 1000 / plain_ms,
-            "kernel_groups": {k: {"ms_per_step": v[0], "calls_per_step": v[1]} for k, v in
-                              sorted(groups.items(), key=lambda kv: -kv[1][0])},
-            "top_device": [{"name": a.key, "ms_per_step": a.self_device_time_total / 1000 / len(timed),
-                            "share": a.self_device_time_total / total_dev, "calls_per_step": a.count / len(timed)}
-                           for a in by_dev[: args.top]],
-            "top_cpu": [{"name": a.key, "ms_per_step": a.self_cpu_time_total / 1000 / len(timed),
-                         "calls_per_step": a.count / len(timed)} for a in by_cpu[: args.top]],
-        }
-        (out / f"{safe}.json").write_text(json.dumps(res, indent=1))
+        res = {"variant": v.name, "batch_size": bs, "steps": len(timed), "warmup_s": warm_s,
+               "step_ms_unprofiled": plain_ms, "samples_per_s_unprofiled": bs * 1000 / plain_ms}
         lines = [f"# {v.name} ({args.workload}, batch {bs})", "",
-                 f"step {plain_ms:.1f} ms unprofiled ({res['samples_per_s_unprofiled']:.1f} samples/s), "
-                 f"{wall_ms:.1f} ms profiled; GPU busy {busy:.1f} ms/step = {busy / wall_ms:.0%}; "
-                 f"{n_kernels:.0f} kernels/step; warm-up {warm_s:.0f} s", "",
-                 "| kernel group | ms/step | calls/step |", "|---|---|---|"]
-        lines += [f"| {k} | {v['ms_per_step']:.2f} | {v['calls_per_step']:.0f} |" for k, v in res["kernel_groups"].items()]
-        lines += ["", "| kernel (device) | ms/step | share | calls/step |", "|---|---|---|---|"]
-        lines += [f"| {r['name'][:90]} | {r['ms_per_step']:.2f} | {r['share']:.1%} | {r['calls_per_step']:.0f} |"
-                  for r in res["top_device"]]
-        lines += ["", "| op (host) | self CPU ms/step | calls/step |", "|---|---|---|"]
-        lines += [f"| {r['name'][:90]} | {r['ms_per_step']:.2f} | {r['calls_per_step']:.0f} |" for r in res["top_cpu"]]
+                 f"step {plain_ms:.1f} ms unprofiled ({res['samples_per_s_unprofiled']:.1f} samples/s); "
+                 f"warm-up {warm_s:.0f} s", ""]
+        states = [True, False] if args.ab else [None]
+        if args.ab:  # same process, same compiled graphs, same batches per segment, both orders
+            ms: dict[bool, list[float]] = {True: [], False: []}
+            seg = rest[args.steps : 2 * args.steps] or timed
+            for r in range(args.rounds):
+                for state in ([True, False] if r % 2 == 0 else [False, True]):
+                    setattr(tr, args.ab, state)
+                    ms[state].append(timed_ms(tr, seg, sync))
+                    print(f"  {args.ab}={state}: {ms[state][-1]:.2f} ms/step", flush=True)
+            res["ab"] = {"attr": args.ab, "ms_per_step": {str(k): v for k, v in ms.items()},
+                         "ratio_false_over_true": (sum(ms[False]) / sum(ms[True]))}
+            lines += [f"## A/B: `{args.ab}` (segments of {len(seg)} steps, alternating, {args.rounds} rounds)", "",
+                      "| state | ms/step per segment | mean | samples/s |", "|---|---|---|---|"]
+            for k in (True, False):
+                m = sum(ms[k]) / len(ms[k])
+                lines.append(f"| {args.ab}={k} | {', '.join(f'{x:.2f}' for x in ms[k])} | {m:.2f} | {bs * 1000 / m:.1f} |")
+            lines += ["", f"{args.ab}=True is {res['ab']['ratio_false_over_true']:.3f}x the speed of False.", ""]
+        if args.no_profile and args.no_profile in v.name:
+            states = []
+        for state in states:
+            label = v.name if state is None else f"{v.name} ({args.ab}={state})"
+            if state is not None:
+                setattr(tr, args.ab, state)
+            pres, plines, prof = profile_steps(tr, timed, bs, cuda, args.top, label)
+            res["profile" if state is None else f"profile_{args.ab}_{state}"] = pres
+            lines += ([] if state is None else [f"## Profile, {args.ab}={state}", ""]) + plines + [""]
+            print(label + ": " + plines[0], flush=True)
+            if args.chrome:
+                tag = "" if state is None else f"_{args.ab}{int(state)}"
+                tmp = out / f"{safe}{tag}.trace.json"
+                prof.export_chrome_trace(str(tmp))
+                with open(tmp, "rb") as f, gzip.open(str(tmp) + ".gz", "wb") as g:
+                    shutil.copyfileobj(f, g)
+                tmp.unlink()
+            del prof
+        (out / f"{safe}.json").write_text(json.dumps(res, indent=1))
         (out / f"{safe}.md").write_text("\n".join(lines) + "\n")
-        print("\n".join(lines[:3]), flush=True)
-        if args.chrome:
-            tmp = out / f"{safe}.trace.json"
-            prof.export_chrome_trace(str(tmp))
-            with open(tmp, "rb") as f, gzip.open(str(tmp) + ".gz", "wb") as g:
-                shutil.copyfileobj(f, g)
-            tmp.unlink()
         del tr
         torch._dynamo.reset()
         if cuda:
