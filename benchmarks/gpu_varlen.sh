@@ -8,7 +8,7 @@
 # encode: `bench encode` of xtr-base and MiniLM, padded vs varlen vs varlen+compile (index-time
 # encoding); minilm: `bench train -w minilm`, joint packing vs varlen (BERT), batch 48 and 192.
 # Env: BS (192), STEPS (30), WARM (10), V (the bench variants), CAP_S per part; trace: TW, TV, TSTEPS,
-# AB (a trainer switch compared in one process, e.g. AB=stage_copies), ROUNDS.
+# AB (a trainer switch compared in one process, e.g. AB=stage_copies), ROUNDS, CURVE (warm-up timed in blocks).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -57,7 +57,7 @@ for part in $parts; do
     log="$OUT/trace/log-${TW:-xtr-base}.txt"
     timeout "${CAP_S:-300}" python3 benchmarks/step_trace.py --model-path $model --workload "${TW:-xtr-base}" \
       --variants "${TV:-bs=$BS+bf16+compile+varlen+packing}" --warmup "${WARM:-10}" --steps "${TSTEPS:-6}" \
-      ${AB:+--ab "$AB" --rounds "${ROUNDS:-2}"} --out "$OUT/trace" > "$log" 2>&1
+      ${AB:+--ab "$AB" --rounds "${ROUNDS:-2}"} ${CURVE:+--curve-block "$CURVE"} --out "$OUT/trace" > "$log" 2>&1
     echo "trace rc=$?"; grep -v "Warning\|warn(" "$log" | tail -40 ;;
   esac
   echo "== $part: $(( $(date +%s) - s )) s"

@@ -48,6 +48,14 @@ def busy_ms(events) -> float:
     return total / 1000.0  # us -> ms
 
 
+def is_annotation(e) -> bool:
+    """Device-side ranges that are labels, not kernels: torch 2.11's profiler puts each compiled
+    graph's "## Call CompiledFxGraph ##" range on the GPU timeline too (first to last kernel,
+    gaps included), which would count idle time as busy."""
+    return bool(getattr(e, "is_user_annotation", False)) or e.key.startswith(("## ", "Torch-Compiled")) \
+        if hasattr(e, "key") else e.name.startswith(("## ", "Torch-Compiled"))
+
+
 def busy_spans(events) -> list[tuple[float, float]]:
     """The merged (start, end) device intervals (us) of the kernels, in time order."""
     spans = sorted((e.time_range.start, e.time_range.end) for e in events)
@@ -118,13 +126,13 @@ def profile_steps(tr, timed, bs: int, cuda: bool, top: int, label: str):
         sync()
         wall_ms = (time.perf_counter() - t0) * 1000 / len(timed)
     events = prof.events()
-    kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA and not is_annotation(e)]
     cpu_events = [e for e in events if e.device_type == torch.autograd.DeviceType.CPU]
     busy = busy_ms(kernels) / len(timed) if kernels else 0.0
     n_kernels = len(kernels) / len(timed)
     avg = prof.key_averages()
     # kernels only: a Triton kernel's host-side launcher carries the same name and device time
-    by_dev = sorted((a for a in avg if a.self_device_time_total > 0
+    by_dev = sorted((a for a in avg if a.self_device_time_total > 0 and not is_annotation(a)
                      and a.device_type == torch.autograd.DeviceType.CUDA), key=lambda a: -a.self_device_time_total)
     groups: dict[str, list[float]] = {}
     for e in kernels:
@@ -170,6 +178,55 @@ def profile_steps(tr, timed, bs: int, cuda: bool, top: int, label: str):
     return res, lines, prof
 
 
+def warm_curve(tr, batches, sync, block: int, cuda: bool) -> list[dict]:
+    """Run the warm-up steps; with ``block`` > 0, time every ``block`` steps (synced) and count what
+    could still be warming: compiled graphs, the allocator's device segments, Triton compiles."""
+    import torch
+
+    rows = []
+    t0, start = time.perf_counter(), 0
+    for i, b in enumerate(batches, 1):
+        tr.train_step(b, 1e-3)
+        if block and (i % block == 0 or i == len(batches)):
+            sync()
+            now = time.perf_counter()
+            from torch._dynamo.utils import counters
+
+            mem = torch.cuda.memory_stats() if cuda else {}
+            rows.append({"steps": f"{start + 1}-{i}", "ms_per_step": (now - t0) * 1000 / (i - start),
+                         "graphs": int(counters["stats"]["unique_graphs"]),
+                         "segments": int(mem.get("segment.all.allocated", 0)),
+                         "triton_compiles": _triton_compiles()})
+            print(f"  warm-up steps {start + 1}-{i}: {rows[-1]['ms_per_step']:.1f} ms/step, graphs "
+                  f"{rows[-1]['graphs']}, segments {rows[-1]['segments']}, triton {rows[-1]['triton_compiles']}", flush=True)
+            t0, start = now, i
+    sync()
+    return rows
+
+
+_TRITON_COMPILES = [0]
+
+
+def _count_triton_compiles() -> None:
+    """Count Triton JIT compilations (our attention kernels' new specialisations) via its hook."""
+    try:
+        from triton import knobs
+
+        prev = knobs.runtime.jit_post_compile_hook
+
+        def hook(*a, **k):
+            _TRITON_COMPILES[0] += 1
+            return prev(*a, **k) if prev else None
+
+        knobs.runtime.jit_post_compile_hook = hook
+    except Exception:  # noqa: BLE001 - an older/newer Triton without the hook: report 0
+        pass
+
+
+def _triton_compiles() -> int:
+    return _TRITON_COMPILES[0]
+
+
 def timed_ms(tr, batches, sync) -> float:
     t0 = time.perf_counter()
     for b in batches:
@@ -188,6 +245,7 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--ab", default="", help="a boolean trainer attribute to compare, True vs False, after the warm-up")
     ap.add_argument("--rounds", type=int, default=2, help="--ab: pairs of timed segments (alternating orders)")
+    ap.add_argument("--curve-block", type=int, default=0, help="time the warm-up in blocks of this many steps")
     ap.add_argument("--work-dir", default="/tmp/sg-trace-work")
     ap.add_argument("--chrome", action="store_true")
     ap.add_argument("--no-profile", default="cudagraphs",
@@ -199,6 +257,7 @@ def main() -> None:
 
     import torch
 
+    _count_triton_compiles()
     from supergrep.bench.train import build_trainer, parse_variant
     from supergrep.bench.workloads import get_workload, make_batches, make_pool
 
@@ -215,9 +274,7 @@ def main() -> None:
         cuda = args.device.startswith("cuda")
         sync = torch.cuda.synchronize if cuda else (lambda: None)
         t0 = time.perf_counter()
-        for b in batches[: args.warmup]:
-            tr.train_step(b, 1e-3)
-        sync()
+        curve = warm_curve(tr, batches[: args.warmup], sync, args.curve_block, cuda)
         warm_s = time.perf_counter() - t0
         rest = batches[args.warmup :]
         timed = rest[: args.steps]
@@ -226,10 +283,17 @@ def main() -> None:
               f"warm-up {warm_s:.0f} s", flush=True)
         safe = v.name.replace("+", "_").replace("=", "")
         res = {"variant": v.name, "batch_size": bs, "steps": len(timed), "warmup_s": warm_s,
-               "step_ms_unprofiled": plain_ms, "samples_per_s_unprofiled": bs * 1000 / plain_ms}
+               "step_ms_unprofiled": plain_ms, "samples_per_s_unprofiled": bs * 1000 / plain_ms,
+               "warmup_curve": curve}
         lines = [f"# {v.name} ({args.workload}, batch {bs})", "",
                  f"step {plain_ms:.1f} ms unprofiled ({res['samples_per_s_unprofiled']:.1f} samples/s); "
                  f"warm-up {warm_s:.0f} s", ""]
+        if curve:
+            lines += [f"## Warm-up, blocks of {args.curve_block} steps", "",
+                      "| steps | ms/step | compiled graphs (total) | device segments allocated (total) | Triton kernels compiled (total) |",
+                      "|---|---|---|---|---|"]
+            lines += [f"| {c['steps']} | {c['ms_per_step']:.1f} | {c['graphs']} | {c['segments']} | {c['triton_compiles']} |"
+                      for c in curve] + [""]
         states = [True, False] if args.ab else [None]
         if args.ab:  # same process, same compiled graphs, same batches per segment, both orders
             ms: dict[bool, list[float]] = {True: [], False: []}
