@@ -16,7 +16,7 @@ calls by input shape.
 
 ``--ab ATTR`` compares a trainer switch in one process after the warm-up: timed segments of
 ``--steps`` steps alternate ``ATTR = True`` / ``False`` (both orders, ``--rounds`` pairs), then each
-state is profiled. Example, the host copies of a step (``TorchTrainer.stage_copies``):
+state is profiled. Example (a boolean attribute of the trainer; ``stage_copies`` was one, measured and removed):
 
     python benchmarks/step_trace.py --model-path .gpu/minilm-fp16 \
         --variants bs=192+bf16+compile+varlen+packing --warmup 60 --steps 20 --ab stage_copies --out $OUT/ab

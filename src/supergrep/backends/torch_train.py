@@ -1,7 +1,7 @@
 """The PyTorch trainer: frozen base + LoRA + a trainable projection, one optimizer step per batch.
 
 What a step does (``train_step``), in order:
-  1. move the batch to the device (on CUDA: one reused pinned buffer, one non-blocking copy);
+  1. move the batch to the device (pinned, non-blocking on CUDA);
   2. plain mode: encode queries and documents with autograd and take the loss over the whole
      batch (or over ``grad_accum_steps`` micro-batches, each with its own, smaller, set of
      in-batch negatives); cached mode (GradCache, Gao et al. 2021): encode everything in
@@ -127,7 +127,6 @@ class TorchTrainer:
                 raise UsageError(f"gradient checkpointing is not available for {spec.model_type} models")
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.model.train()
-        self.stage_copies, self._stager = True, None  # a step's host arrays in one copy (_move)
         mode = None if cfg.compile_mode == "default" else cfg.compile_mode
         self._cudagraphs = cfg.compile and self.device.type == "cuda" and cfg.compile_mode == "reduce-overhead"
         self._encode_impl = (torch.compile(self._encode_eager, dynamic=True, mode=mode) if cfg.compile
@@ -359,15 +358,7 @@ class TorchTrainer:
         return self._loss_impl(q, qm, d, dm, teacher, listwise)
 
     def _move(self, *arrays: np.ndarray) -> tuple[torch.Tensor, ...]:
-        """Host arrays on the device: on CUDA packed into one reused pinned buffer and sent with
-        one non-blocking copy (``torch_stage.HostStager``); ``stage_copies = False`` pins and
-        copies each array on its own (the earlier path, kept for the A/B in step_trace.py)."""
-        if self.device.type == "cuda" and self.stage_copies:
-            if self._stager is None:
-                from supergrep.backends.torch_stage import HostStager
-
-                self._stager = HostStager(self.device)
-            return self._stager.move(arrays)
+        """Host arrays on the device (pinned and non-blocking on CUDA)."""
         pin = self.device.type == "cuda"
         out = []
         for a in arrays:
