@@ -311,6 +311,11 @@ def main() -> None:
                 m = sum(ms[k]) / len(ms[k])
                 lines.append(f"| {args.ab}={k} | {', '.join(f'{x:.2f}' for x in ms[k])} | {m:.2f} | {bs * 1000 / m:.1f} |")
             lines += ["", f"{args.ab}=True is {res['ab']['ratio_false_over_true']:.3f}x the speed of False.", ""]
+        def save():  # after each part, so a capped run keeps what it measured
+            (out / f"{safe}.json").write_text(json.dumps(res, indent=1))
+            (out / f"{safe}.md").write_text("\n".join(lines) + "\n")
+
+        save()
         if args.no_profile and args.no_profile in v.name:
             states = []
         for state in states:
@@ -329,8 +334,7 @@ def main() -> None:
                     shutil.copyfileobj(f, g)
                 tmp.unlink()
             del prof
-        (out / f"{safe}.json").write_text(json.dumps(res, indent=1))
-        (out / f"{safe}.md").write_text("\n".join(lines) + "\n")
+            save()
         del tr
         torch._dynamo.reset()
         if cuda:
