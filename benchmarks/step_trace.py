@@ -227,6 +227,12 @@ def _triton_compiles() -> int:
     return _TRITON_COMPILES[0]
 
 
+def save(out: Path, safe: str, res: dict, lines: list[str]) -> None:
+    """Written after each part, so a capped run keeps what it measured."""
+    (out / f"{safe}.json").write_text(json.dumps(res, indent=1))
+    (out / f"{safe}.md").write_text("\n".join(lines) + "\n")
+
+
 def timed_ms(tr, batches, sync) -> float:
     t0 = time.perf_counter()
     for b in batches:
@@ -311,11 +317,7 @@ def main() -> None:
                 m = sum(ms[k]) / len(ms[k])
                 lines.append(f"| {args.ab}={k} | {', '.join(f'{x:.2f}' for x in ms[k])} | {m:.2f} | {bs * 1000 / m:.1f} |")
             lines += ["", f"{args.ab}=True is {res['ab']['ratio_false_over_true']:.3f}x the speed of False.", ""]
-        def save():  # after each part, so a capped run keeps what it measured
-            (out / f"{safe}.json").write_text(json.dumps(res, indent=1))
-            (out / f"{safe}.md").write_text("\n".join(lines) + "\n")
-
-        save()
+        save(out, safe, res, lines)
         if args.no_profile and args.no_profile in v.name:
             states = []
         for state in states:
@@ -334,7 +336,7 @@ def main() -> None:
                     shutil.copyfileobj(f, g)
                 tmp.unlink()
             del prof
-            save()
+            save(out, safe, res, lines)
         del tr
         torch._dynamo.reset()
         if cuda:
