@@ -192,6 +192,13 @@ def test_bench_cli_train_and_encode(tmp_path):
     rows = json.loads(got.stdout)["rows"]
     assert [r["mode"] for r in rows] == ["varlen", "varlen+half"]
     assert 0.999 < rows[1]["min_cosine_vs_first"] < 1.0  # float16-rounded, not the same vectors
+    assert rows[1]["mean_cosine_vs_first"] >= rows[1]["min_cosine_vs_first"]
+    # float8 products need a GPU that has them: a row that says so, the other modes still run
+    got = runner.invoke(cli, ["bench", "encode", "-w", "minilm-tiny", "--work-dir", str(tmp_path / "w"), "--docs", "20",
+                              "--no-index", "--modes", "varlen+fp8,varlen", "--json", "--device", "cpu"])
+    assert got.exit_code == 0, got.output
+    rows = json.loads(got.stdout)["rows"]
+    assert rows[0]["error"] == "no float8 products on cpu" and rows[1]["mode"] == "varlen"
     from cli_runner import run_main
 
     for bad in ("padded,fast", "padded+half"):

@@ -324,7 +324,7 @@ class TorchBackend:
     name = "torch"
 
     def __init__(self, spec: ModelSpec, device: str = "auto", threads: int = 0, varlen: bool | None = None,
-                 compile: bool | None = None):
+                 compile: bool | None = None, fp8: bool | None = None):
         if threads > 0:
             torch.set_num_threads(threads)
         self.device = pick_device(device)
@@ -349,6 +349,30 @@ class TorchBackend:
         # over PCIe at the price of a host-side conversion (`bench encode`'s comparison)
         self.flat_host_dtype = torch.float32
         self._flat_compile_after = self._compile_threshold(compile)
+        self._fp8 = None  # the handle of the float8 layers while they are on (set_fp8)
+        if fp8 is None and os.environ.get("SUPERGREP_ENCODE_FP8", "").strip():
+            fp8 = _env_flag("SUPERGREP_ENCODE_FP8", False)
+        if fp8:
+            self.set_fp8(True)
+
+    def set_fp8(self, on: bool) -> bool:
+        """Float8 matrix products for the encoder's linear layers (``torch_fp8.py``; CUDA with
+        compute capability 8.9+ only, else a warning and bf16). Returns whether they are on."""
+        from supergrep.backends.torch_fp8 import enable_fp8, fp8_supported
+
+        if not on:
+            if self._fp8 is not None:
+                self._fp8.restore()
+                self._fp8 = None
+            return False
+        if self._fp8 is not None:
+            return True
+        if not fp8_supported(self.device):
+            log.warning("float8 encoding needs a CUDA GPU with compute capability 8.9+ (%s has none); "
+                        "encoding in %s", self.device, self.dtype)
+            return False
+        self._fp8 = enable_fp8(self.model)
+        return True
 
     def _choose_varlen(self, spec: ModelSpec, varlen: bool | None) -> bool:
         """Whether documents go through ``forward_flat``: T5/BERT/RoBERTa float models, by default on

@@ -21,16 +21,20 @@ import torch
 from torch import nn
 
 from supergrep.backends.t5_attention import t5_varlen_attention, use_dense_bias
+from supergrep.backends.torch_fp8 import fp8_linear, is_fp8
 from supergrep.backends.torch_fused_lora import fusable, fused_lora_linear
 from supergrep.backends.torch_t5_flex import bias_table
 
 
 def project(x: torch.Tensor, mods: list[nn.Module], fuse: bool = True) -> torch.Tensor:
     """The outputs of ``mods`` on ``x``, concatenated on the last axis: one fused LoRA GEMM when
-    they allow it (LoRA-wrapped, no LoRA dropout, no QAT), one GEMM over the stacked weights for
-    plain frozen Linear layers (inference), else one call each."""
+    they allow it (LoRA-wrapped, no LoRA dropout, no QAT), one float8 product for ``Fp8Linear``
+    layers, one GEMM over the stacked weights for plain frozen Linear layers (inference), else
+    one call each."""
     if fuse and fusable(mods):
         return fused_lora_linear(x, mods)
+    if is_fp8(mods):  # float8 inference (torch_fp8.py): the input quantised once for all of them
+        return fp8_linear(x, mods)
     if fuse and len(mods) > 1 and all(type(m) is nn.Linear and not m.weight.requires_grad for m in mods):
         bias = None if mods[0].bias is None else torch.cat([m.bias for m in mods])
         return nn.functional.linear(x, torch.cat([m.weight for m in mods]), bias)

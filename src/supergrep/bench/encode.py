@@ -37,7 +37,7 @@ def encoder_flops(backend, dim: int) -> ModelFlops:
 MODES = ("padded", "varlen", "varlen+compile", "varlen+autotune")
 # Modifier of the varlen modes, for a same-process comparison with what it replaced: ``half``
 # hands the host float16 vectors to convert (the path before 2026-11-24's float32 default).
-MODIFIERS = ("half",)
+MODIFIERS = ("half", "fp8")  # fp8: the encoder's linear layers as float8 products (torch_fp8.py)
 
 
 def parse_mode(mode: str) -> tuple[str, set[str]]:
@@ -174,6 +174,9 @@ def run_encode_bench(wl: Workload, device: str = "auto", n_docs: int = 2000, ind
             backend.varlen = False
         else:  # this mode's forward from the first batch (no switch to compiled midway)
             backend.flat_host_dtype = torch.float16 if "half" in mods else torch.float32
+            if ("fp8" in mods) != (backend.set_fp8("fp8" in mods) if hasattr(backend, "set_fp8") else False):
+                rows.append({"what": f"forward, {mode}", "error": f"no float8 products on {dev}", "seconds": 0})
+                continue
             backend.set_flat_mode(base.partition("+")[2] or "eager")
         calls: list[int] = []  # documents per forward call, as reported through progress
 
@@ -187,8 +190,9 @@ def run_encode_bench(wl: Workload, device: str = "auto", n_docs: int = 2000, ind
         warmup_s = time.perf_counter() - t
         check = enc.encode_ids(docs[:200], "document")  # each mode's vectors against the first mode's
         reference = check if reference is None else reference
-        cosine = min((float(np.min(np.sum(a * b, axis=1))) for a, b in zip(check, reference, strict=True) if len(a)),
-                     default=1.0)
+        cos = [np.sum(a * b, axis=1) for a, b in zip(check, reference, strict=True) if len(a)]
+        cosine = min((float(c.min()) for c in cos), default=1.0)
+        mean_cosine = float(np.concatenate(cos).mean()) if cos else 1.0
         if dev.startswith("cuda"):
             torch.cuda.synchronize()
         timer = _FlatTimer(backend) if backend.varlen and dev.startswith("cuda") else None
@@ -205,9 +209,12 @@ def run_encode_bench(wl: Workload, device: str = "auto", n_docs: int = 2000, ind
                      "mode": mode, "documents": n_docs, "tokens": tokens, "seconds": seconds,
                      "tokens_per_s": tokens / seconds, "tflops": flops / seconds / 1e12,
                      "mfu": flops / seconds / peak["flops_per_s"], "min_cosine_vs_first": cosine,
+                     "mean_cosine_vs_first": mean_cosine,
                      "warmup_s": warmup_s, "warmup_tokens": int(sum(len(d) for d in warm)), **split})
     for k, v in defaults.items():
         setattr(backend, k, v)
+    if hasattr(backend, "set_fp8"):
+        backend.set_fp8(False)
     if index_root is not None:
         rows.append(index_run(enc, Path(index_root)))
     return {"kind": "encode", "workload": wl.describe(), "device": dev, "dtype": backend.dtype, "peak": peak,

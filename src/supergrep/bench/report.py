@@ -48,7 +48,7 @@ def encode_markdown(res: dict) -> str:
     p = res["peak"]
     lines = [f"**bench encode**, workload `{wl['name']}`, {res['device']} ({res['dtype']}), documents from mined "
              f"code capped at {res['doc_cap']} tokens, peak {_rate(p['flops_per_s'])} ({p['dtype']} GEMM)", "",
-             "| what | documents | useful tokens | seconds | tokens/s | MFU | lines/s | min cosine vs first row "
+             "| what | documents | useful tokens | seconds | tokens/s | MFU | lines/s | min / mean cosine vs first row "
              "| GPU busy | host waits |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
@@ -59,7 +59,8 @@ def encode_markdown(res: dict) -> str:
         wait = f"{r['host_wait_s'] / r['seconds']:.0%}" if "host_wait_s" in r and r["seconds"] else "-"
         lines.append(f"| {r['what']} | {r.get('documents', '-')} | {_f(r.get('tokens'), ',')} | {r['seconds']:.2f} | "
                      f"{_f(r.get('tokens_per_s'), ',.0f')} | {_f(r.get('mfu'), '.1%')} | "
-                     f"{_f(r.get('lines_per_s'), ',.0f')} | {_f(r.get('min_cosine_vs_first'), '.5f')} | {busy} | {wait} |")
+                     f"{_f(r.get('lines_per_s'), ',.0f')} | {_f(r.get('min_cosine_vs_first'), '.5f')} / "
+                     f"{_f(r.get('mean_cosine_vs_first'), '.5f')} | {busy} | {wait} |")
     if any("gpu_s" in r for r in res["rows"]):
         lines += ["", "GPU busy: the flat forwards' GPU time (CUDA events) over the wall; host waits: the share of "
                       "the wall the host spent blocked on results. Busy near 100% = GPU-bound; low busy with low "

@@ -1,0 +1,122 @@
+"""Float8 (e4m3) matrix products for index-time encoding on GPUs that have them (compute
+capability 8.9+: Ada, Hopper).
+
+Why: after the float32 vectors moved to the GPU, xtr-base encoding is bound by the GPU (busy 97%,
+50.9% MFU against the bf16 GEMM peak), and its bf16 GEMMs are about half of the GPU time. An
+H100's float8 tensor cores do twice the bf16 rate, so the same products in float8 can take about
+half as long. Inference only: the weights are quantised once (a scale per output row) and each
+projection's input per token (a scale per row, computed on the fly), so a token's vectors do not
+depend on the other tokens of the batch. The result is a product of bf16 accuracy over float8
+inputs; how far the vectors move is measured (`bench encode --modes varlen+compile,varlen+compile+fp8`
+reports the cosine to the bf16 vectors), not assumed.
+
+``enable_fp8(model)`` swaps the encoder's ``nn.Linear`` layers for ``Fp8Linear`` in place and
+returns a handle whose ``restore()`` puts the originals back (``bench encode`` compares both in
+one process). ``project`` in ``torch_t5_varlen.py`` runs the projections that share an input
+(q, k, v; wi_0, wi_1) as one float8 product over the stacked weights, with the input quantised once.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+FP8 = torch.float8_e4m3fn
+FP8_MAX = 448.0  # the largest finite e4m3fn value
+
+
+def fp8_supported(device: torch.device | str) -> bool:
+    """Whether ``device`` has float8 tensor cores (CUDA compute capability >= 8.9)."""
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return False
+    return torch.cuda.get_device_capability(device) >= (8, 9)
+
+
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x / s) in float8 and s = amax / 448 per row, float32 (rows of zeros get s = 1)."""
+    x = x.float()
+    amax = x.abs().amax(dim=-1, keepdim=True)
+    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+    return (x / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
+
+
+class Fp8Linear(nn.Module):
+    """``y = x W^T + b`` with W stored in float8 (a float32 scale per output row) and x quantised
+    per row on the fly; the product accumulates in float32 (``torch._scaled_mm``) and is returned
+    in x's dtype."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        wq, ws = quantize_rows(linear.weight.detach())
+        self.register_buffer("weight_fp8", wq)  # (out, in), row-major: .t() is the column-major B
+        self.register_buffer("weight_scale", ws.reshape(1, -1).contiguous())  # (1, out)
+        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return fp8_linear(x, [self])
+
+
+def _mm(xq: torch.Tensor, xs: torch.Tensor, wq: torch.Tensor, ws: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    # float8 products want row counts in multiples of 16: pad the few missing rows (zeros)
+    m = xq.shape[0]
+    pad = -m % 16
+    if pad:
+        xq = torch.cat([xq, xq.new_zeros(pad, xq.shape[1])])
+        xs = torch.cat([xs, xs.new_ones(pad, 1)])
+    y = torch._scaled_mm(xq, wq.t(), scale_a=xs, scale_b=ws, out_dtype=dtype)
+    return y[:m] if pad else y
+
+
+def fp8_linear(x: torch.Tensor, mods: list[Fp8Linear]) -> torch.Tensor:
+    """The outputs of the ``Fp8Linear`` layers ``mods`` on ``x``, concatenated on the last axis:
+    x quantised once, one product over the stacked weights (exact: the scales are per output row)."""
+    dtype = x.dtype if x.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
+    shape = x.shape
+    xq, xs = quantize_rows(x.reshape(-1, shape[-1]))
+    if len(mods) == 1:
+        wq, ws = mods[0].weight_fp8, mods[0].weight_scale
+    else:
+        wq = torch.cat([m.weight_fp8 for m in mods])
+        ws = torch.cat([m.weight_scale for m in mods], dim=1)
+    y = _mm(xq, xs, wq, ws, dtype)
+    biases = [m.bias for m in mods]
+    if any(b is not None for b in biases):
+        y = y + torch.cat([b if b is not None else y.new_zeros(m.out_features) for b, m in zip(biases, mods)]).to(dtype)
+    return y.reshape(*shape[:-1], y.shape[-1]).to(x.dtype)
+
+
+def is_fp8(mods: list[nn.Module]) -> bool:
+    return all(isinstance(m, Fp8Linear) for m in mods)
+
+
+class Fp8Handle:
+    """What ``enable_fp8`` swapped, so ``restore()`` can put the original layers back."""
+
+    def __init__(self, swapped: list[tuple[nn.Module, str, nn.Module]]):
+        self.swapped = swapped
+
+    def __len__(self) -> int:
+        return len(self.swapped)
+
+    def restore(self) -> None:
+        for parent, name, original in self.swapped:
+            setattr(parent, name, original)
+        self.swapped = []
+
+
+def enable_fp8(model: nn.Module, skip: tuple[str, ...] = ("pooler",)) -> Fp8Handle:
+    """Swap every ``nn.Linear`` of ``model`` (not under a name in ``skip``) for ``Fp8Linear``.
+    Layers whose sizes are not multiples of 16 (float8 products need them) stay as they are."""
+    swapped = []
+    for pname, parent in list(model.named_modules()):
+        for name, child in list(parent.named_children()):
+            full = f"{pname}.{name}" if pname else name
+            if type(child) is not nn.Linear or any(s in full for s in skip):
+                continue
+            if child.in_features % 16 or child.out_features % 16:
+                continue
+            setattr(parent, name, Fp8Linear(child))
+            swapped.append((parent, name, child))
+    return Fp8Handle(swapped)

@@ -1,0 +1,81 @@
+"""Float8 linear layers for inference (torch_fp8.py), on the CPU's float8 products."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from supergrep.backends.torch_fp8 import FP8_MAX, Fp8Linear, enable_fp8, fp8_linear, quantize_rows
+
+
+def _cos(a, b):
+    return nn.functional.cosine_similarity(a.float(), b.float(), dim=-1)
+
+
+def test_rows_are_scaled_to_the_float8_range():
+    x = torch.randn(7, 32) * torch.logspace(-3, 3, 7)[:, None]  # rows six orders of magnitude apart
+    x[3] = 0.0
+    q, s = quantize_rows(x)
+    assert q.dtype == torch.float8_e4m3fn and s.shape == (7, 1)
+    assert torch.allclose(q.float().abs().amax(dim=1)[[0, 1, 2, 4, 5, 6]], torch.tensor(FP8_MAX))
+    assert s[3].item() == 1.0 and q[3].float().abs().sum() == 0  # zeros stay zeros, no nan
+    back = q.float() * s
+    rel = ((back - x).norm(dim=1) / x.norm(dim=1).clamp(min=1e-30))[[0, 1, 2, 4, 5, 6]]
+    assert rel.max() < 0.05  # e4m3 keeps 3 mantissa bits: a few % per row, whatever its scale
+
+
+def test_fp8_linear_is_close_to_the_float_layer():
+    torch.manual_seed(0)
+    lin = nn.Linear(64, 48, bias=True)
+    x = torch.randn(5, 9, 64)
+    ref = lin(x)
+    got = Fp8Linear(lin)(x)
+    assert got.shape == ref.shape and got.dtype == x.dtype
+    assert _cos(got, ref).min() > 0.995
+    assert not torch.equal(got, ref)  # it is really a float8 product
+
+
+def test_stacked_layers_equal_one_product_each():
+    """q, k, v as one product over stacked weights (the input quantised once) gives what three
+    separate products give: the weight scales are per output row."""
+    torch.manual_seed(1)
+    mods = [Fp8Linear(nn.Linear(32, 16, bias=False)) for _ in range(3)]
+    x = torch.randn(21, 32)  # 21 rows: padded to 32 inside
+    both = fp8_linear(x, mods)
+    sep = torch.cat([m(x) for m in mods], dim=-1)
+    torch.testing.assert_close(both, sep)
+
+
+def test_enable_swaps_only_eligible_layers_and_restores_them():
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10), nn.Linear(10, 16))
+    model.add_module("pooler", nn.Linear(16, 16))
+    x = torch.randn(4, 32)
+    before = model[:4](x)
+    originals = [model[0], model[2], model[3]]
+    h = enable_fp8(model)
+    assert len(h) == 1 and isinstance(model[0], Fp8Linear)  # 64->10, 10->16: not multiples of 16
+    assert model[2] is originals[1] and type(model.pooler) is nn.Linear
+    assert _cos(model[:4](x), before).min() > 0.99
+    h.restore()
+    assert model[0] is originals[0] and torch.equal(model[:4](x), before)
+
+
+def test_t5_varlen_forward_in_float8_stays_close(tmp_path):
+    """The whole T5 varlen forward (the index path) with every projection in float8: token states
+    within cosine .99 of the float forward on a tiny random T5."""
+    from tests.tiny_models import make_t5
+
+    from supergrep.backends.torch_t5_varlen import varlen_forward
+
+    transformers = pytest.importorskip("transformers")
+    path = make_t5(tmp_path / "t5", dense=None)
+    model = transformers.T5EncoderModel.from_pretrained(str(path)).eval()
+    ids = torch.randint(5, 100, (40,))
+    cu = torch.tensor([0, 7, 30, 40], dtype=torch.int32)
+    with torch.no_grad():
+        ref = varlen_forward(model, ids, cu, 64)
+        h = enable_fp8(model)
+        assert len(h) >= 7 * model.config.num_layers - 1  # q, k, v, o, wi_0, wi_1, wo per layer
+        got = varlen_forward(model, ids, cu, 64)
+    assert _cos(got, ref).min() > 0.99
