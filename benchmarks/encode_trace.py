@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "src"))
-from step_trace import busy_ms, kernel_group  # noqa: E402
+from step_trace import busy_ms, is_annotation, kernel_group  # noqa: E402
 
 
 def main() -> None:
@@ -61,8 +61,13 @@ def main() -> None:
     flat = np.concatenate(docs)
     report = {"workload": wl.name, "dim": spec.dim, "documents": len(docs), "tokens": int(lengths.sum()),
               "max_len": int(lengths.max()), "modes": {}}
+    from supergrep.bench.encode import parse_mode
+
     for mode in args.modes.split(","):
-        be.set_flat_mode(mode.partition("+")[2] or "eager")
+        base, mods = parse_mode(mode)  # modifiers as in `bench encode`: +half, +fp8
+        be.flat_host_dtype = torch.float16 if "half" in mods else torch.float32
+        be.set_fp8("fp8" in mods)
+        be.set_flat_mode(base.partition("+")[2] or "eager")
         cu = np.zeros(len(lengths) + 1, np.int32)
         np.cumsum(lengths, out=cu[1:])
         pos = np.arange(len(flat)) - np.repeat(cu[:-1].astype(np.int64), lengths)
@@ -101,7 +106,7 @@ def main() -> None:
             for _ in range(3):
                 enc.encode_ids(docs, "document")
             torch.cuda.synchronize()
-        kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
+        kernels = [e for e in prof.events() if e.device_type.name == "CUDA" and not is_annotation(e)]
         groups: dict[str, float] = {}
         for e in kernels:
             groups[kernel_group(e.name)] = groups.get(kernel_group(e.name), 0.0) + e.device_time / 1000 / 3

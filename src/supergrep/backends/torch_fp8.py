@@ -59,14 +59,9 @@ class Fp8Linear(nn.Module):
 
 
 def _mm(xq: torch.Tensor, xs: torch.Tensor, wq: torch.Tensor, ws: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    # float8 products want row counts in multiples of 16: pad the few missing rows (zeros)
-    m = xq.shape[0]
-    pad = -m % 16
-    if pad:
-        xq = torch.cat([xq, xq.new_zeros(pad, xq.shape[1])])
-        xs = torch.cat([xs, xs.new_ones(pad, 1)])
-    y = torch._scaled_mm(xq, wq.t(), scale_a=xs, scale_b=ws, out_dtype=dtype)
-    return y[:m] if pad else y
+    # any row count: float8 products need multiples of 16 only in the inner and output sizes (no
+    # padding here, whose size-dependent branch would recompile the compiled forward per remainder)
+    return torch._scaled_mm(xq, wq.t(), scale_a=xs, scale_b=ws, out_dtype=dtype)
 
 
 def fp8_linear(x: torch.Tensor, mods: list[Fp8Linear]) -> torch.Tensor:
