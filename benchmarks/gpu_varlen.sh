@@ -8,7 +8,8 @@
 # encode: `bench encode` of xtr-base and MiniLM, padded vs varlen vs varlen+compile (index-time
 # encoding); minilm: `bench train -w minilm`, joint packing vs varlen (BERT), batch 48 and 192.
 # Env: BS (192), STEPS (30), WARM (10), V (the bench variants), CAP_S per part; trace: TW, TV, TSTEPS,
-# AB (a trainer switch compared in one process, e.g. AB=stage_copies), ROUNDS, CURVE (warm-up timed in blocks).
+# AB (a trainer switch compared in one process, e.g. AB=stage_copies), ROUNDS, CURVE (warm-up timed in blocks);
+# etrace: ETM (encode_trace.py's modes, e.g. varlen+compile,varlen+compile+fp8).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -42,7 +43,7 @@ for part in $parts; do
   etrace)
     for w in ${EW:-xtr-base minilm}; do
       timeout "${CAP_S:-200}" python3 benchmarks/encode_trace.py --workload $w --model-path $model \
-        --doc-cap $([ $w = xtr-base ] && echo 512 || echo 256) --out "$OUT/encode-trace" > "$OUT/encode-trace-$w.txt" 2>&1
+        --doc-cap $([ $w = xtr-base ] && echo 512 || echo 256) --modes "${ETM:-varlen,varlen+compile}" --out "$OUT/encode-trace" > "$OUT/encode-trace-$w.txt" 2>&1
       echo "etrace $w rc=$?"; grep -v "Warning\|warn(" "$OUT/encode-trace-$w.txt" | grep -A12 '"ms"'
     done ;;
   minilm)
