@@ -58,6 +58,7 @@ def test_read_only_arrays_cast_without_a_warning(tmp_path):
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast")  # NumPy's copies in other threads
 @pytest.mark.parametrize("with_torch", [True, False])
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
 def test_pack_is_concatenate_then_cast(with_torch, dtype, monkeypatch):
