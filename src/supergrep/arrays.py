@@ -55,13 +55,15 @@ def _pool() -> ThreadPoolExecutor:
 
 def pack(parts: Sequence[np.ndarray], dtype, dim: int) -> np.ndarray:
     """The rows of ``parts`` (each (n_i, dim)) stacked into one new C-contiguous (sum n_i, dim)
-    array of ``dtype``: ``cast(np.concatenate(parts), dtype)`` in one pass, with the same bits.
+    array of ``dtype``: ``np.concatenate(parts).astype(dtype)`` in one pass, with the same bits.
 
     The index stores each batch's vectors this way (``SegmentStore``): stacking first and
-    casting after wrote and read the float32 batch once more (a fresh array of up to ~1 GB:
-    its page faults cost more than the cast on the 2-core machine). torch's ``cat`` writes
-    straight into the output type when torch is loaded; otherwise the parts are copied into
-    the output by up to 8 threads.
+    casting after wrote and read the float32 batch once more, into a fresh array of up to ~1 GB
+    (on the 2-core machine that concatenate took 3x the cast). Here each part is cast straight
+    into its rows of the output, the parts spread over up to 8 threads (NumPy releases the GIL
+    in its copy loops). Not through torch: ``torch.cat`` into a float16 output was slower than
+    the old concatenate + cast on the GPU machine's 16 cores (5.2-5.8 s against 2.9-3.0 s for a
+    whole index of torch/_inductor, docs/performance.md).
 
     >>> pack([np.ones((2, 3), np.float32), np.zeros((1, 3), np.float32)], np.float16, 3).tolist()
     [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]
@@ -72,15 +74,9 @@ def pack(parts: Sequence[np.ndarray], dtype, dim: int) -> np.ndarray:
             raise ValueError(f"vectors have shape {p.shape}, the index stores (n, {dim})")
     rows = [len(p) for p in parts]
     n = sum(rows)
-    if n == 0:
-        return np.zeros((0, dim), dtype)
-    torch = sys.modules.get("torch")
-    if (torch is not None and hasattr(torch, "cat") and n * dim >= TORCH_FROM and dtype.name in _TORCH_DTYPES
-            and all(p.dtype.name in _TORCH_DTYPES and p.flags.writeable for p in parts)):
-        out_t = torch.empty((n, dim), dtype=getattr(torch, dtype.name))
-        torch.cat([torch.from_numpy(np.ascontiguousarray(p)) for p in parts], out=out_t)
-        return out_t.numpy()
     out = np.empty((n, dim), dtype)
+    if n == 0:
+        return out
     starts = np.concatenate([[0], np.cumsum(rows)]).tolist()
 
     def copy(first: int, last: int) -> None:

@@ -59,16 +59,12 @@ def test_read_only_arrays_cast_without_a_warning(tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in cast")  # NumPy's copies in other threads
-@pytest.mark.parametrize("with_torch", [True, False])
+@pytest.mark.parametrize("threads", [True, False])
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
-def test_pack_is_concatenate_then_cast(with_torch, dtype, monkeypatch):
+def test_pack_is_concatenate_then_cast(threads, dtype, monkeypatch):
     """The store packs a batch's per-chunk vectors in one pass: the same bits as stacking them
-    and casting after, through torch's cat, NumPy alone, and NumPy's copies spread over threads."""
-    if with_torch:
-        pytest.importorskip("torch")
-    else:
-        monkeypatch.delitem(sys.modules, "torch", raising=False)
-        monkeypatch.setattr(arrays, "THREADS_FROM", 1)
+    and casting after, in one thread or spread over threads."""
+    monkeypatch.setattr(arrays, "THREADS_FROM", 1 if threads else 1 << 40)
     x = _values(arrays.TORCH_FROM * 3)[:180000].reshape(-1, 3)  # (rows, 3)
     x.reshape(-1)[-11:] = _values(0).ravel()  # the edge values (inf, nan, overflow, subnormal)
     cuts = np.random.default_rng(1).integers(0, len(x), 40)
