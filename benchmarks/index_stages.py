@@ -50,6 +50,7 @@ STAGES = [
     ("supergrep.index.project", "Index.add_file", "SQLite rows (files, chunks, FTS)"),
     ("supergrep.index.project", "Index.add_files", "SQLite rows (files, chunks, FTS)"),
     ("supergrep.index.project", "Index.remove_files", "SQLite rows (files, chunks, FTS)"),
+    ("supergrep.encoder.encoder", "cast", "encode host: copy vectors out (varlen path)"),
     ("supergrep.arrays", "cast", "segment: pack + cast to float16"),
     ("supergrep.arrays", "pack", "segment: pack + cast to float16"),
     ("supergrep.index.store", "SegmentStore._write_npy", "segment: write + fsync files"),
@@ -134,7 +135,9 @@ def install() -> list[str]:
         wrapped = _timed(fn, stage)
         setattr(owner, name, wrapped)
         installed.append(f"{mod_name}.{attr}")
-        if not isinstance(owner, type):  # re-bind names other modules imported from it
+        if not isinstance(owner, type) and getattr(fn, "__module__", mod_name) == mod_name:
+            # re-bind the names other modules imported from its module (a name imported into
+            # the listed module, like the encoder's `cast`, is timed there only)
             for m in list(sys.modules.values()):
                 if m is not None and m.__name__.startswith("supergrep") and getattr(m, name, None) is fn:
                     setattr(m, name, wrapped)
