@@ -307,11 +307,11 @@ def update_paths(index: Index, encoder: Encoder, cfg: Config | None, paths: list
         return _apply(index, run, cfg, stats, known, changed, removed, None, t0)
 
 
-Event = tuple[str, Any]
+_Event = tuple[str, Any]
 
 
 def _events(run: _Run, cfg: Config, changed: list[tuple[Source, int | None]],
-            known: dict[str, tuple[int, int, int, str]]) -> Iterator[Event]:
+            known: dict[str, tuple[int, int, int, str]]) -> Iterator[_Event]:
     """Read and chunk ``changed`` files, in order, as ("skip", (source, reason, old id)),
     ("touched", (file id, source)) and ("batch", _Batch) events: a batch every
     ``commit_chunks`` chunks, prepared up to encoding (``_Run.prepare``), and a last one
@@ -339,14 +339,15 @@ def _events(run: _Run, cfg: Config, changed: list[tuple[Source, int | None]],
 
 
 class _ahead:  # noqa: N801 - used like a generator
-    """``events`` produced by a background thread, up to ``depth`` batches ahead of the
-    consumer, in the same order: the next files are read, parsed, chunked and tokenised while
+    """``events`` produced by a background thread, in the same order, with up to ``depth``
+    prepared batches waiting for the consumer (and one more in preparation): the next files are
+    read, parsed, chunked and tokenised while
     the indexing thread encodes and commits the current batch (the model's forward, NumPy's
     copies, file writes and SQLite release the GIL). Only the indexing thread touches the
     index, so commits, crash safety and the index's contents are those of the plain loop. An
     exception in the thread is raised in the consumer; closing stops the thread."""
 
-    def __init__(self, events: Iterator[Event], depth: int):
+    def __init__(self, events: Iterator[_Event], depth: int):
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._slots = threading.Semaphore(depth)
         self._stop = threading.Event()
@@ -354,7 +355,7 @@ class _ahead:  # noqa: N801 - used like a generator
         self._thread = threading.Thread(target=self._run, args=(events,), name="sg-index-prepare", daemon=True)
         self._thread.start()
 
-    def _run(self, events: Iterator[Event]) -> None:
+    def _run(self, events: Iterator[_Event]) -> None:
         try:
             for kind, item in events:
                 if kind == "batch":
@@ -371,7 +372,7 @@ class _ahead:  # noqa: N801 - used like a generator
     def __iter__(self) -> _ahead:
         return self
 
-    def __next__(self) -> Event:
+    def __next__(self) -> _Event:
         if self._done:
             raise StopIteration
         kind, item = self._queue.get()
