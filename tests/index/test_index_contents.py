@@ -149,3 +149,17 @@ def test_an_error_while_preparing_reaches_the_caller_and_keeps_earlier_batches(a
     monkeypatch.setattr(indexer, "chunk_source", real)
     rep = update_index(index, tiny_encoder, _cfg(1))
     assert rep.files == len(list(project.rglob("*.py"))) + 1
+
+
+def test_prepare_ahead_auto_is_on_for_a_gpu_only(tiny_encoder):
+    from types import SimpleNamespace
+
+    from supergrep.index.indexer import prepare_ahead
+
+    cfg = Config()
+    assert cfg.encode.prepare_ahead == -1
+    assert prepare_ahead(cfg, tiny_encoder) == 0  # a CPU: the model's threads take the cores
+    for device in ("cuda", "cuda:1", "mps", "gpu"):
+        assert prepare_ahead(cfg, SimpleNamespace(backend=SimpleNamespace(device=device))) == 1
+    cfg.encode.prepare_ahead = 2
+    assert prepare_ahead(cfg, tiny_encoder) == 2

@@ -392,6 +392,18 @@ class _ahead:  # noqa: N801 - used like a generator
         self._thread.join(timeout=10)
 
 
+def prepare_ahead(cfg: Config, encoder: Encoder) -> int:
+    """``[encode] prepare_ahead``, with -1 (auto) resolved: 1 when the model runs on a GPU
+    (or MPS), where the indexing thread mostly waits for the device; 0 on a CPU, where the
+    model's threads take every core and a preparing thread only competes with them (measured:
+    docs/performance.md, "The index run's host side")."""
+    ahead = cfg.encode.prepare_ahead
+    if ahead >= 0:
+        return ahead
+    device = str(getattr(getattr(encoder, "backend", None), "device", "cpu"))
+    return 0 if device == "cpu" else 1
+
+
 def _apply(index: Index, run: _Run, cfg: Config, stats: WalkStats, known: dict[str, tuple[int, int, int, str]],
            changed: list[tuple[Source, int | None]], removed: list[int], progress: Progress | None,
            t0: float) -> IndexReport:
@@ -402,7 +414,7 @@ def _apply(index: Index, run: _Run, cfg: Config, stats: WalkStats, known: dict[s
     unreadable: list[int] = []
     touched: list[tuple[int, Source]] = []
     events = _events(run, cfg, changed, known)
-    ahead = cfg.encode.prepare_ahead
+    ahead = prepare_ahead(cfg, run.encoder)
     with contextlib.closing(_ahead(events, ahead) if ahead > 0 else events) as stream:
         for kind, item in stream:
             if kind == "skip":
