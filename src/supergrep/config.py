@@ -62,6 +62,7 @@ class EncodeConfig:
     batch_tokens: int = _f(0, "Padded-token budget of one encoding batch (inputs are sorted by length first); 0: 8192 on CPU, 131072 on a GPU.")
     threads: int = _f(0, "CPU threads for encoding; 0 lets the framework decide.")
     commit_chunks: int = _f(1024, "Chunks per committed batch while indexing (a crash loses at most one batch of work).")
+    prepare_ahead: int = _f(-1, "Batches an index run reads, parses, chunks and tokenises ahead, in a background thread, while the current one is encoded and written; 0: all in one thread; -1 (auto): 1 when the model runs on a GPU, 0 on a CPU (whose cores the model's own threads already take: the thread measured no faster there).")
     backend: str = _f("auto", "torch, mlx, onnx or auto: onnx for `supergrep export onnx` directories and, on a CPU-only machine with onnxruntime, the default model's int8 ONNX form (exported once); otherwise torch if it is installed, else mlx.")
     vector_dtype: str = _f("float16", "How a new index stores token vectors: float16, or int8 with one scale per vector (half the bytes; `index --force` to change an existing index).")
 

@@ -56,3 +56,28 @@ def test_read_only_arrays_cast_without_a_warning(tmp_path):
             got = arrays.cast(ro, np.float16)
             want = x.astype(np.float16)
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast")  # NumPy's copies in other threads
+@pytest.mark.parametrize("threads", [True, False])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_pack_is_concatenate_then_cast(threads, dtype, monkeypatch):
+    """The store packs a batch's per-chunk vectors in one pass: the same bits as stacking them
+    and casting after, in one thread or spread over threads."""
+    monkeypatch.setattr(arrays, "THREADS_FROM", 1 if threads else 1 << 40)
+    x = _values(arrays.TORCH_FROM * 3)[:180000].reshape(-1, 3)  # (rows, 3)
+    x.reshape(-1)[-11:] = _values(0).ravel()  # the edge values (inf, nan, overflow, subnormal)
+    cuts = np.random.default_rng(1).integers(0, len(x), 40)
+    parts = [p for p in np.split(x, np.sort(cuts)) if len(p)] + [x[:0]]
+    with np.errstate(over="ignore"):
+        want = np.concatenate(parts).astype(dtype)
+        got = arrays.pack(parts, dtype, 3)
+    assert got.dtype == dtype and got.flags.c_contiguous and got.shape == want.shape
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    assert not any(np.shares_memory(got, p) for p in parts)
+
+
+def test_pack_checks_shapes_and_handles_nothing():
+    assert arrays.pack([], np.float16, 4).shape == (0, 4)
+    with pytest.raises(ValueError):
+        arrays.pack([np.zeros((2, 3), np.float32)], np.float16, 4)

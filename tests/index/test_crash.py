@@ -42,7 +42,9 @@ def setup(tmp_path, tiny_model, _isolated_home):
     root = tmp_path / "proj"
     make_project(root)
     cfg = tmp_path / "small-batches.toml"
-    cfg.write_text("[encode]\ncommit_chunks = 4\n")  # a commit per file: many segments, compactions
+    # a commit per file: many segments, compactions; the batches prepared in a background thread
+    # (the GPU's default; test_kill_at_random_moments also runs the one-thread loop, the CPU's)
+    cfg.write_text("[encode]\ncommit_chunks = 4\nprepare_ahead = 1\n")
     env = {**os.environ, "SUPERGREP_HOME": str(_isolated_home), "PYTHONUNBUFFERED": "1"}
     common = ["--model-path", str(tiny_model), "--config", str(cfg)]
     return root, env, common
@@ -109,8 +111,10 @@ def test_kill_during_incremental_update(setup, tmp_path, tiny_encoder):
     check_complete(root, env, common, tiny_encoder, tmp_path / "reference")
 
 
-def test_kill_at_random_moments(setup, tmp_path, tiny_encoder):
+@pytest.mark.parametrize("ahead", [0, 1])
+def test_kill_at_random_moments(ahead, setup, tmp_path, tiny_encoder):
     root, env, common = setup
+    (tmp_path / "small-batches.toml").write_text(f"[encode]\ncommit_chunks = 4\nprepare_ahead = {ahead}\n")
     rng = random.Random(1234)
     for round_ in range(4):
         if round_ == 2:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from typing import Literal
 
 import numpy as np
@@ -107,6 +108,10 @@ class RoleTokenizer:
         self.settings = spec.settings
         self._cache: dict[str, np.ndarray] = {}  # tokenised string -> ids without specials
         self._cached_tokens = 0
+        # The indexer counts the next batch's tokens in its background thread while this one's
+        # ids are taken from the cache (and a daemon serves several projects): the cache and
+        # the Rust tokenizer's settings change under this lock only.
+        self._lock = threading.Lock()
         # The Rust tokenizer, when there is one (every fast / transformers-5 tokenizer).
         self._fast = getattr(self.tok, "backend_tokenizer", None)
         self._lead, self._trail = self._special_template()
@@ -186,10 +191,12 @@ class RoleTokenizer:
         fast = self._fast
         # tokenizer.json files often switch truncation/padding on (MiniLM: 128), and the
         # transformers wrapper changes them per call: make sure neither applies here.
-        if fast.truncation is not None:
-            fast.no_truncation()
-        if fast.padding is not None:
-            fast.no_padding()
+        if fast.truncation is not None or fast.padding is not None:
+            with self._lock:
+                if fast.truncation is not None:
+                    fast.no_truncation()
+                if fast.padding is not None:
+                    fast.no_padding()
         encode = getattr(fast, "encode_batch_fast", None) or fast.encode_batch
         return encode(texts, add_special_tokens=add_special_tokens)
 
@@ -220,7 +227,9 @@ class RoleTokenizer:
         trail = self._trail
         budget = self.max_tokens(role) - len(head) - len(trail)
         cache = self._cache
-        found = [cache.pop(x, None) for x in strings] if cache else [None] * len(strings)
+        with self._lock:
+            found = [cache.pop(x, None) for x in strings] if cache else [None] * len(strings)
+            self._cached_tokens -= sum(len(ids) for ids in found if ids is not None)
         missing = [x for x, ids in zip(strings, found, strict=True) if ids is None]
         fresh = iter(self._encode_raw(missing)) if missing else iter(())
         out = []
@@ -228,7 +237,6 @@ class RoleTokenizer:
             if ids is None:
                 out.append(head + next(fresh)[:budget] + trail)
             else:
-                self._cached_tokens -= len(ids)
                 out.append(head + ids[:budget].tolist() + trail)
         return out
 
@@ -242,18 +250,25 @@ class RoleTokenizer:
         strings, head = self._texts(texts, role)
         extra = len(head) + len(self._trail)
         cache = self._cache
-        todo = [x for x in dict.fromkeys(strings) if x not in cache]
-        lengths = {x: len(ids) for x, ids in zip(strings, map(cache.get, strings), strict=True) if ids is not None}
+        with self._lock:
+            lengths = {x: len(ids) for x in dict.fromkeys(strings) if (ids := cache.get(x)) is not None}
+        todo = [x for x in dict.fromkeys(strings) if x not in lengths]
         if todo:
-            for x, ids in zip(todo, self._encode_raw(todo), strict=True):
-                lengths[x] = len(ids)
-                self._remember(x, np.asarray(ids, dtype=np.int32))
+            made = [np.asarray(ids, dtype=np.int32) for ids in self._encode_raw(todo)]
+            with self._lock:
+                for x, ids in zip(todo, made, strict=True):
+                    lengths[x] = len(ids)
+                    self._remember(x, ids)
         return [lengths[x] + extra for x in strings]
 
     def _remember(self, key: str, ids: np.ndarray) -> None:
+        """Keep ``ids`` for ``key`` (the caller holds ``_lock``)."""
         if len(ids) > CACHE_TOKENS // 4:
             return
         cache = self._cache
+        old = cache.pop(key, None)
+        if old is not None:
+            self._cached_tokens -= len(old)
         cache[key] = ids
         self._cached_tokens += len(ids)
         while self._cached_tokens > CACHE_TOKENS:

@@ -10,12 +10,16 @@ and the next run carries on from there.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import math
+import queue
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -26,7 +30,7 @@ from supergrep.corpus.types import Chunk, Source
 from supergrep.corpus.walk import FileContent, SkipFile, WalkStats, read_source, source_at, walk
 from supergrep.errors import IndexMissingError, UsageError
 from supergrep.index.format import crashpoint
-from supergrep.index.project import Index
+from supergrep.index.project import Index, fts_rows
 
 if TYPE_CHECKING:
     from supergrep.encoder.encoder import Encoder
@@ -75,6 +79,17 @@ class _Pending:
     old_id: int | None
 
 
+@dataclass
+class _Batch:
+    """Files ready to encode and commit: what needs no index access is done (chunks split to
+    the model's length, their texts, token counts, text hashes and FTS rows)."""
+
+    pending: list[_Pending]
+    per_file: list[tuple[list[Chunk], list[str], list[int]]]  # (chunks, texts, token counts) per file
+    hashes: list[list[str]]
+    fts: list[list[tuple[str, str, str]]]
+
+
 def _count_lines(text: str) -> int:
     return text.count("\n") + (0 if text.endswith("\n") or not text else 1)
 
@@ -101,13 +116,20 @@ class _Run:
             counts = self.encoder.count_tokens(texts, "document")
         return out_chunks, texts, [min(n, self.max_tokens) for n in counts]
 
-    def flush(self, pending: list[_Pending]) -> None:
+    def prepare(self, pending: list[_Pending]) -> _Batch:
+        """Everything about a batch that needs neither the index nor the model's forward
+        (runs in the background thread of ``_apply``)."""
+        per_file = [self._prepare(p.chunks) for p in pending]
+        hashes = [[hashlib.sha1(t.encode("utf-8", "surrogatepass")).hexdigest() for t in texts]
+                  for _, texts, _ in per_file]
+        fts = [fts_rows(p.source.path, chunks) for p, (chunks, _, _) in zip(pending, per_file, strict=True)]
+        return _Batch(pending, per_file, hashes, fts)
+
+    def flush(self, batch: _Batch) -> None:
+        pending, per_file, hashes = batch.pending, batch.per_file, batch.hashes
         if not pending:
             return
         idx = self.index
-        per_file: list[tuple[list[Chunk], list[str], list[int]]] = [self._prepare(p.chunks) for p in pending]
-        hashes = [[hashlib.sha1(t.encode("utf-8", "surrogatepass")).hexdigest() for t in texts]
-                  for _, texts, _ in per_file]
         flat_hashes = [h for hs in hashes for h in hs]
         flat_texts = [t for _, texts, _ in per_file for t in texts]
 
@@ -136,9 +158,9 @@ class _Run:
             stored_form: list[bool] = []  # vectors reused from the store are already pooled
             old = [p.old_id for p in pending if p.old_id is not None]
             idx.remove_files(old)
-            for p, (chunks, _, counts), hs in zip(pending, per_file, hashes, strict=True):
+            for p, (chunks, _, counts), hs, fts in zip(pending, per_file, hashes, batch.fts, strict=True):
                 ids = idx.add_file(p.source.path, p.source.language, p.source.size, p.source.mtime_ns,
-                                   p.content.sha256, _count_lines(p.content.text), chunks, hs, counts)
+                                   p.content.sha256, _count_lines(p.content.text), chunks, hs, counts, fts)
                 new_ids += ids
                 new_vecs += [vectors_by_hash[h] for h in hs]
                 stored_form += [h in known for h in hs]
@@ -285,6 +307,103 @@ def update_paths(index: Index, encoder: Encoder, cfg: Config | None, paths: list
         return _apply(index, run, cfg, stats, known, changed, removed, None, t0)
 
 
+_Event = tuple[str, Any]
+
+
+def _events(run: _Run, cfg: Config, changed: list[tuple[Source, int | None]],
+            known: dict[str, tuple[int, int, int, str]]) -> Iterator[_Event]:
+    """Read and chunk ``changed`` files, in order, as ("skip", (source, reason, old id)),
+    ("touched", (file id, source)) and ("batch", _Batch) events: a batch every
+    ``commit_chunks`` chunks, prepared up to encoding (``_Run.prepare``), and a last one
+    (maybe empty). Touches neither the index nor the model's forward, so that it can run ahead
+    in a background thread."""
+    pending: list[_Pending] = []
+    n_pending = 0
+    for src, old_id in changed:
+        try:
+            content = read_source(src, cfg.walk.max_file_bytes)
+        except SkipFile as skip:
+            yield "skip", (src, skip.reason, old_id)
+            continue
+        state = known.get(src.path)
+        if state is not None and state[3] == content.sha256:
+            yield "touched", (state[0], src)
+            continue
+        chunks = chunk_source(src.path, content.text, src.language, cfg.chunk)
+        pending.append(_Pending(src, content, chunks, old_id))
+        n_pending += len(chunks)
+        if n_pending >= cfg.encode.commit_chunks:
+            yield "batch", run.prepare(pending)
+            pending, n_pending = [], 0
+    yield "batch", run.prepare(pending)
+
+
+class _ahead:  # noqa: N801 - used like a generator
+    """``events`` produced by a background thread, in the same order, with up to ``depth``
+    prepared batches waiting for the consumer (and one more in preparation): the next files are
+    read, parsed, chunked and tokenised while
+    the indexing thread encodes and commits the current batch (the model's forward, NumPy's
+    copies, file writes and SQLite release the GIL). Only the indexing thread touches the
+    index, so commits, crash safety and the index's contents are those of the plain loop. An
+    exception in the thread is raised in the consumer; closing stops the thread."""
+
+    def __init__(self, events: Iterator[_Event], depth: int):
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._slots = threading.Semaphore(depth)
+        self._stop = threading.Event()
+        self._done = False
+        self._thread = threading.Thread(target=self._run, args=(events,), name="sg-index-prepare", daemon=True)
+        self._thread.start()
+
+    def _run(self, events: Iterator[_Event]) -> None:
+        try:
+            for kind, item in events:
+                if kind == "batch":
+                    while not self._slots.acquire(timeout=0.1):
+                        if self._stop.is_set():
+                            return
+                if self._stop.is_set():
+                    return
+                self._queue.put((kind, item))
+            self._queue.put(("end", None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which raises it
+            self._queue.put(("error", exc))
+
+    def __iter__(self) -> _ahead:
+        return self
+
+    def __next__(self) -> _Event:
+        if self._done:
+            raise StopIteration
+        kind, item = self._queue.get()
+        if kind == "end":
+            self._done = True
+            raise StopIteration
+        if kind == "error":
+            self._done = True
+            raise item
+        if kind == "batch":
+            self._slots.release()
+        return kind, item
+
+    def close(self) -> None:
+        self._done = True
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def prepare_ahead(cfg: Config, encoder: Encoder) -> int:
+    """``[encode] prepare_ahead``, with -1 (auto) resolved: 1 when the model runs on a GPU
+    (or MPS), where the indexing thread mostly waits for the device; 0 on a CPU, where the
+    model's threads take every core and a preparing thread only competes with them (measured:
+    docs/performance.md, "The index run's host side")."""
+    ahead = cfg.encode.prepare_ahead
+    if ahead >= 0:
+        return ahead
+    device = str(getattr(getattr(encoder, "backend", None), "device", "cpu"))
+    return 0 if device == "cpu" else 1
+
+
 def _apply(index: Index, run: _Run, cfg: Config, stats: WalkStats, known: dict[str, tuple[int, int, int, str]],
            changed: list[tuple[Source, int | None]], removed: list[int], progress: Progress | None,
            t0: float) -> IndexReport:
@@ -292,34 +411,25 @@ def _apply(index: Index, run: _Run, cfg: Config, stats: WalkStats, known: dict[s
     holds the write lock); shared by full updates and the watcher's per-path updates."""
     if progress:
         progress.start(len(changed))
-    pending: list[_Pending] = []
-    n_pending = 0
     unreadable: list[int] = []
     touched: list[tuple[int, Source]] = []
-    for src, old_id in changed:
-        try:
-            content = read_source(src, cfg.walk.max_file_bytes)
-        except SkipFile as skip:
-            stats.skip(skip.reason, src.path)
-            if old_id is not None:
-                unreadable.append(old_id)
+    events = _events(run, cfg, changed, known)
+    ahead = prepare_ahead(cfg, run.encoder)
+    with contextlib.closing(_ahead(events, ahead) if ahead > 0 else events) as stream:
+        for kind, item in stream:
+            if kind == "skip":
+                src, reason, old_id = item
+                stats.skip(reason, src.path)
+                if old_id is not None:
+                    unreadable.append(old_id)
+            elif kind == "touched":
+                touched.append(item)  # same bytes, new mtime: nothing to embed
+                run.report.files_unchanged += 1
+            else:
+                run.flush(item)
+                continue
             if progress:
                 progress.advance(1)
-            continue
-        state = known.get(src.path)
-        if state is not None and state[3] == content.sha256:
-            touched.append((state[0], src))  # same bytes, new mtime: nothing to embed
-            run.report.files_unchanged += 1
-            if progress:
-                progress.advance(1)
-            continue
-        chunks = chunk_source(src.path, content.text, src.language, cfg.chunk)
-        pending.append(_Pending(src, content, chunks, old_id))
-        n_pending += len(chunks)
-        if n_pending >= cfg.encode.commit_chunks:
-            run.flush(pending)
-            pending, n_pending = [], 0
-    run.flush(pending)
 
     conn = index.conn
     conn.execute("BEGIN IMMEDIATE")

@@ -59,6 +59,12 @@ class ChunkRow:
     n_tokens: int
 
 
+def fts_rows(path: str, chunks: list[Chunk]) -> list[tuple[str, str, str]]:
+    """Each chunk's FTS5 columns (path, symbol, body): its lexical terms, space-separated."""
+    path_terms = " ".join(code_terms(path))
+    return [(path_terms, " ".join(code_terms(c.symbol)), " ".join(code_terms(c.text))) for c in chunks]
+
+
 def find_project_root(start: Path) -> Path:
     """The directory a search from ``start`` is about: the nearest ancestor that already has an
     index, else the enclosing git work tree, else ``start`` itself."""
@@ -390,8 +396,13 @@ class Index:
             conn.execute("DELETE FROM files WHERE id = ?", (fid,))
 
     def add_file(self, path: str, language: str | None, size: int, mtime_ns: int, sha256: str,
-                 n_lines: int, chunks: list[Chunk], hashes: list[str], n_tokens: list[int]) -> list[int]:
+                 n_lines: int, chunks: list[Chunk], hashes: list[str], n_tokens: list[int],
+                 fts: list[tuple[str, str, str]] | None = None) -> list[int]:
         """Insert a file and its chunk rows (inside the caller's write transaction).
+
+        Args:
+            fts: Each chunk's FTS5 row (``fts_rows``), when the caller made them already (the
+                indexer makes them in its background thread).
 
         Returns:
             The new chunk ids, in the order of ``chunks``.
@@ -403,19 +414,25 @@ class Index:
             (path, language, size, mtime_ns, sha256, n_lines, time.time()),
         )
         fid = cur.lastrowid
-        ids: list[int] = []
-        for c, h, n in zip(chunks, hashes, n_tokens, strict=True):
-            cur = conn.execute(
-                "INSERT INTO chunks (file_id, symbol, kind, language, start_line, end_line, part, text,"
-                " text_hash, n_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (fid, c.symbol, c.kind, c.language, c.start_line, c.end_line, c.part, c.text, h, n),
-            )
-            cid = cur.lastrowid
-            ids.append(cid)
-            conn.execute(
-                "INSERT INTO chunks_fts (rowid, path, symbol, body) VALUES (?, ?, ?, ?)",
-                (cid, " ".join(code_terms(path)), " ".join(code_terms(c.symbol)), " ".join(code_terms(c.text))),
-            )
+        if not chunks:
+            return []
+        # The ids AUTOINCREMENT would give one row at a time (one more than the largest id the
+        # table ever had), given up front so that the rows go in with one executemany each; the
+        # caller's transaction holds the write lock, so no other writer can take them meanwhile.
+        seq, top = conn.execute(
+            "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'chunks'), 0),"
+            " COALESCE((SELECT MAX(id) FROM chunks), 0)").fetchone()
+        first = max(seq, top) + 1
+        ids = list(range(first, first + len(chunks)))
+        conn.executemany(
+            "INSERT INTO chunks (id, file_id, symbol, kind, language, start_line, end_line, part, text,"
+            " text_hash, n_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(cid, fid, c.symbol, c.kind, c.language, c.start_line, c.end_line, c.part, c.text, h, n)
+             for cid, c, h, n in zip(ids, chunks, hashes, n_tokens, strict=True)],
+        )
+        rows = fts if fts is not None else fts_rows(path, chunks)
+        conn.executemany("INSERT INTO chunks_fts (rowid, path, symbol, body) VALUES (?, ?, ?, ?)",
+                         [(cid, *row) for cid, row in zip(ids, rows, strict=True)])
         return ids
 
     def touch_file(self, file_id: int, size: int, mtime_ns: int) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from supergrep.arrays import cast
+from supergrep.arrays import pack
 from supergrep.errors import IndexCorruptError
 from supergrep.index.format import VECTOR_DIR, crashpoint, fsync_dir
 from supergrep.scoring.maxsim import maxsim_packed, top_k
@@ -249,15 +249,14 @@ class SegmentStore(VectorStore):
         if len(lengths) and lengths.min() <= 0:
             raise ValueError("every chunk needs at least one token vector")
         offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-        packed = (np.concatenate([vectors[i] for i in order]) if len(order)
-                  else np.zeros((0, self.dim), np.float32))  # (n_tokens, dim)
-        if packed.shape[1] != self.dim:
-            raise ValueError(f"vectors have dim {packed.shape[1]}, the index stores {self.dim}")
+        parts = [vectors[i] for i in order]
         scales = None
         if self.vector_dtype == "int8":
+            packed = pack(parts, np.float32, self.dim)  # (n_tokens, dim)
             packed, scales = quantize_rows(packed)  # (n_tokens, dim) int8, (n_tokens,) float32
         else:
-            packed = cast(packed, np.float16)  # torch's vectorised cast when loaded (arrays.py)
+            # stacked and cast to float16 in one pass (arrays.pack: torch's kernels when loaded)
+            packed = pack(parts, np.float16, self.dim)  # (n_tokens, dim)
         layout = np.stack([ids, offsets, lengths], axis=1) if len(ids) else np.zeros((0, 3), np.int64)
         self.dir.mkdir(parents=True, exist_ok=True)
         seg = self._new_segment_id(conn)

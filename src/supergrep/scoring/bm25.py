@@ -39,6 +39,20 @@ def split_identifier(word: str) -> list[str]:
     return parts if len(parts) > 1 else []
 
 
+# word -> its terms (itself lower-cased, then its parts): code repeats its identifiers, so
+# indexing looks most words up here instead of splitting them again (3.4x faster on
+# torch/_inductor/codegen). Bounded: past _TERMS_CACHE_MAX words, new ones are not kept.
+_TERMS: dict[str, tuple[str, ...]] = {}
+_TERMS_CACHE_MAX = 1 << 17
+
+
+def _word_terms(word: str) -> tuple[str, ...]:
+    terms = () if len(word) > MAX_TERM_CHARS else (word.lower(), *split_identifier(word))
+    if len(_TERMS) < _TERMS_CACHE_MAX:
+        _TERMS[word] = terms
+    return terms
+
+
 def code_terms(text: str) -> list[str]:
     """Lexical terms of code or prose: every identifier whole, then its parts.
 
@@ -46,12 +60,10 @@ def code_terms(text: str) -> list[str]:
     ['def', 'do_filesizeformat', 'do', 'filesizeformat', 'value', 'binary', 'false']
     """
     out: list[str] = []
-    for m in _WORD.finditer(text):
-        word = m.group()
-        if len(word) > MAX_TERM_CHARS:
-            continue
-        out.append(word.lower())
-        out.extend(split_identifier(word))
+    get = _TERMS.get
+    for word in _WORD.findall(text):
+        terms = get(word)
+        out.extend(_word_terms(word) if terms is None else terms)
     return out
 
 
