@@ -174,7 +174,6 @@ def main() -> None:
 
     install()
     t0 = time.perf_counter()
-    out_path = args.index_dir + ".report.json"
     from click.testing import CliRunner
 
     res = CliRunner().invoke(cli, ["index", args.path, "--index-dir", args.index_dir, "--json", *args.rest],
@@ -196,7 +195,6 @@ def main() -> None:
         with open(args.json_out, "w") as fh:
             json.dump({"report": report, "wall": wall, "stages": [
                 {"thread": t, "stage": s, "seconds": v} for (t, s), v in rows]}, fh, indent=1)
-    _ = out_path
 
 
 if __name__ == "__main__":

@@ -34,26 +34,15 @@ from pathlib import Path
 
 def busy_ms(events) -> float:
     """Union of the device-side kernel intervals (ms): overlapping kernels count once."""
-    spans = sorted((e.time_range.start, e.time_range.end) for e in events)
-    total, cur_s, cur_e = 0.0, None, None
-    for s, e in spans:
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None:
-        total += cur_e - cur_s
-    return total / 1000.0  # us -> ms
+    return sum(e - s for s, e in busy_spans(events)) / 1000.0  # us -> ms
 
 
 def is_annotation(e) -> bool:
     """Device-side ranges that are labels, not kernels: torch 2.11's profiler puts each compiled
     graph's "## Call CompiledFxGraph ##" range on the GPU timeline too (first to last kernel,
     gaps included), which would count idle time as busy."""
-    return bool(getattr(e, "is_user_annotation", False)) or e.key.startswith(("## ", "Torch-Compiled")) \
-        if hasattr(e, "key") else e.name.startswith(("## ", "Torch-Compiled"))
+    name = getattr(e, "key", None) or e.name
+    return bool(getattr(e, "is_user_annotation", False)) or name.startswith(("## ", "Torch-Compiled"))
 
 
 def busy_spans(events) -> list[tuple[float, float]]:

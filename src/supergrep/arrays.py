@@ -1,4 +1,5 @@
-"""Large array casts and copies on the host, through torch when it is already loaded.
+"""Large array casts and copies on the host: ``cast`` through torch when it is already loaded,
+``pack`` (stack + cast) spread over threads.
 
 NumPy casts float32 <-> float16 with scalar code on x86 (5-9 ns a value on the machines we
 measured) and copies with one thread. In a GPU ``index`` run of 216K lines (H100 machine, MiniLM)
@@ -26,6 +27,7 @@ _TORCH_DTYPES = ("float16", "float32")  # the same names in NumPy and torch
 # pack() without torch: at least this many values before its copies are spread over threads
 # (NumPy releases the GIL inside each copy/cast loop).
 THREADS_FROM = 1 << 20
+_WORKERS = min(8, os.cpu_count() or 1)
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 
@@ -49,7 +51,7 @@ def _pool() -> ThreadPoolExecutor:
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1), thread_name_prefix="sg-pack")
+            _POOL = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="sg-pack")
         return _POOL
 
 
@@ -83,12 +85,11 @@ def pack(parts: Sequence[np.ndarray], dtype, dim: int) -> np.ndarray:
         for i in range(first, last):
             np.copyto(out[starts[i]:starts[i + 1]], parts[i], casting="unsafe")
 
-    workers = min(8, os.cpu_count() or 1)
-    if n * dim < THREADS_FROM or workers < 2 or len(parts) < 2:
+    if n * dim < THREADS_FROM or _WORKERS < 2 or len(parts) < 2:
         copy(0, len(parts))
         return out
     # contiguous runs of parts with about the same number of rows each
-    cuts = np.searchsorted(np.asarray(starts), np.linspace(0, n, workers + 1)).tolist()
+    cuts = np.searchsorted(np.asarray(starts), np.linspace(0, n, _WORKERS + 1)).tolist()
     cuts[0], cuts[-1] = 0, len(parts)
     jobs = [_pool().submit(copy, a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
     for job in jobs:

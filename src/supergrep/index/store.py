@@ -255,7 +255,7 @@ class SegmentStore(VectorStore):
             packed = pack(parts, np.float32, self.dim)  # (n_tokens, dim)
             packed, scales = quantize_rows(packed)  # (n_tokens, dim) int8, (n_tokens,) float32
         else:
-            # stacked and cast to float16 in one pass (arrays.pack: torch's kernels when loaded)
+            # stacked and cast to float16 in one pass, spread over threads (arrays.pack)
             packed = pack(parts, np.float16, self.dim)  # (n_tokens, dim)
         layout = np.stack([ids, offsets, lengths], axis=1) if len(ids) else np.zeros((0, 3), np.int64)
         self.dir.mkdir(parents=True, exist_ok=True)
