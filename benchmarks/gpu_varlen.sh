@@ -10,6 +10,11 @@
 # Env: BS (192), STEPS (30), WARM (10), V (the bench variants), CAP_S per part; trace: TW, TV, TSTEPS,
 # AB (a trainer switch compared in one process, e.g. AB=stage_copies), ROUNDS, CURVE (warm-up timed in blocks);
 # etrace: ETM (encode_trace.py's modes, e.g. varlen+compile,varlen+compile+fp8).
+# fp8gemm: the float8 products alone (benchmarks/fp8_gemm.py); attnfwd: the attention forward alone
+# at encoding's shape over a grid of tiles (varlen_attention.py --fwd-only); index: a whole
+# `index` of torch/_inductor with MiniLM, stage by stage (index_stages.py), alternating the tree's
+# src with OLDSRC's (carry .gpu/site: tree_sitter + the Python grammar for py3.12, and OLDSRC).
+# PACK=1: everything under $OUT into one results.tgz at the end.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -46,6 +51,21 @@ for part in $parts; do
         --doc-cap $([ $w = xtr-base ] && echo 512 || echo 256) --modes "${ETM:-varlen,varlen+compile}" --out "$OUT/encode-trace" > "$OUT/encode-trace-$w.txt" 2>&1
       echo "etrace $w rc=$?"; grep -v "Warning\|warn(" "$OUT/encode-trace-$w.txt" | grep -A12 '"ms"'
     done ;;
+  fp8gemm)
+    timeout "${CAP_S:-120}" python3 benchmarks/fp8_gemm.py --out "$OUT/fp8-gemm.json" 2>&1 | grep -v Warning | tee "$OUT/fp8-gemm.txt" ;;
+  attnfwd)
+    timeout "${CAP_S:-150}" python3 benchmarks/varlen_attention.py --fwd-only --docs 790 --queries 0 \
+      --out "$OUT/attn-fwd.json" 2>&1 | grep -v Warning | tee "$OUT/attn-fwd.txt" | tail -42 ;;
+  index)
+    T=$(python3 -c "import torch, os; print(os.path.dirname(torch.__file__))")/_inductor
+    for r in ${IROUNDS:-1 2}; do
+      for v in new old; do
+        src=$PWD/src; [ $v = old ] && src=$PWD/${OLDSRC:-.gpu/oldsrc/src}
+        PYTHONPATH=$src:$PWD/.gpu/site timeout "${CAP_S:-150}" python3 benchmarks/index_stages.py "$T" --index-dir /tmp/sx \
+          --json "$OUT/index-$v-$r.json" -- --store exact --model-path $model > "$OUT/index-$v-$r.txt" 2>&1
+        echo "== $v $r rc=$?"; grep -v "Warning\|warn(" "$OUT/index-$v-$r.txt" | awk '$0 !~ /^ *[A-Za-z_-]+ .* 0\.0[0-9] /' | head -24
+      done
+    done ;;
   minilm)
     MV=${MV:-bf16+compile+packing,bf16+compile+varlen+packing,bs=192+bf16+compile+packing,bs=192+bf16+compile+varlen+packing}
     TORCH_LOGS=${TORCH_LOGS:-recompiles} timeout "${CAP_S:-480}" python3 -m supergrep bench train -w minilm --model-path $model \
@@ -64,3 +84,6 @@ for part in $parts; do
   echo "== $part: $(( $(date +%s) - s )) s"
 done
 ls -la "$OUT"
+if [ -n "${PACK:-}" ]; then  # one archive: a call returns at most 8 files
+  tar -C "$OUT" -czf /tmp/results.tgz . && find "$OUT" -mindepth 1 -delete && mv /tmp/results.tgz "$OUT/"
+fi

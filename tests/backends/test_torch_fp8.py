@@ -6,7 +6,15 @@ import pytest
 import torch
 from torch import nn
 
-from supergrep.backends.torch_fp8 import FP8_MAX, Fp8Linear, enable_fp8, fp8_linear, quantize_rows
+from supergrep.backends.torch_fp8 import (
+    FP8_MAX,
+    Fp8Linear,
+    Fp8Options,
+    enable_fp8,
+    fp8_linear,
+    quantize_rows,
+    quantize_tensor,
+)
 
 
 def _cos(a, b):
@@ -79,3 +87,46 @@ def test_t5_varlen_forward_in_float8_stays_close(tmp_path):
         assert len(h) >= 7 * model.config.num_layers - 1  # q, k, v, o, wi_0, wi_1, wo per layer
         got = varlen_forward(model, ids, cu, 64)
     assert _cos(got, ref).min() > 0.99
+
+
+@pytest.mark.parametrize("options", [Fp8Options("tensor"), Fp8Options("row", fast_accum=True),
+                                     Fp8Options("tensor", fast_accum=True)])
+def test_tensor_scaling_and_fast_accumulation_stay_close(options):
+    """One scale per weight group and per input tensor (cuBLAS's tensor-scaled kernels), and fast
+    accumulation: still within cosine .995 of the float layers, and siblings still stack."""
+    torch.manual_seed(2)
+    parent = nn.Module()
+    parent.q, parent.k = nn.Linear(64, 32, bias=False), nn.Linear(64, 48, bias=False)
+    with torch.no_grad():
+        parent.k.weight.mul_(3.0)  # the group's scale comes from its largest weight
+    x = torch.randn(21, 64)
+    ref = torch.cat([parent.q(x), parent.k(x)], dim=-1)
+    h = enable_fp8(parent, options=options)
+    assert len(h) == 2 and parent.q.options == options
+    if options.scaling == "tensor":
+        assert parent.q.weight_scale.dim() == 0
+        assert torch.equal(parent.q.weight_scale, parent.k.weight_scale)  # shared, so one product is exact
+    both = fp8_linear(x, [parent.q, parent.k])
+    torch.testing.assert_close(both, torch.cat([parent.q(x), parent.k(x)], dim=-1))
+    assert _cos(both, ref).min() > 0.995
+
+
+def test_tensor_scaling_uses_one_scale_for_the_whole_input():
+    x = torch.randn(6, 32) * torch.logspace(-2, 2, 6)[:, None]
+    q, s = quantize_tensor(x)
+    assert s.dim() == 0 and s.item() == pytest.approx(x.abs().max().item() / FP8_MAX)
+    assert q.float().abs().max().item() == FP8_MAX
+    # the small rows lose precision against the largest one: what row scaling is for
+    rel = (q.float() * s - x).norm(dim=1) / x.norm(dim=1)
+    assert rel[-1] < 0.05 and rel[0] > rel[-1]
+
+
+def test_options_from_the_environment(monkeypatch):
+    monkeypatch.setenv("SUPERGREP_ENCODE_FP8_SCALING", "tensor")
+    monkeypatch.setenv("SUPERGREP_ENCODE_FP8_FAST_ACCUM", "1")
+    assert Fp8Options.from_env() == Fp8Options("tensor", True)
+    monkeypatch.setenv("SUPERGREP_ENCODE_FP8_SCALING", "column")
+    from supergrep.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="SUPERGREP_ENCODE_FP8_SCALING='column': set it to 'row' or 'tensor'"):
+        Fp8Options.from_env()

@@ -350,20 +350,23 @@ class TorchBackend:
         self.flat_host_dtype = torch.float32
         self._flat_compile_after = self._compile_threshold(compile)
         self._fp8 = None  # the handle of the float8 layers while they are on (set_fp8)
+        self._fp8_options = None
         if fp8 is None and os.environ.get("SUPERGREP_ENCODE_FP8", "").strip():
             fp8 = _env_flag("SUPERGREP_ENCODE_FP8", False)
         if fp8:
             self.set_fp8(True)
 
-    def set_fp8(self, on: bool) -> bool:
+    def set_fp8(self, on: bool, options=None) -> bool:
         """Float8 matrix products for the encoder's linear layers (``torch_fp8.py``; CUDA with
-        compute capability 8.9+ only, else a warning and bf16). Returns whether they are on."""
-        from supergrep.backends.torch_fp8 import enable_fp8, fp8_supported
+        compute capability 8.9+ only, else a warning and bf16), with ``options``
+        (``Fp8Options``; None: from the environment). Returns whether they are on."""
+        from supergrep.backends.torch_fp8 import Fp8Options, enable_fp8, fp8_supported
 
+        options = options or Fp8Options.from_env()
+        if self._fp8 is not None and (not on or self._fp8_options != options):
+            self._fp8.restore()
+            self._fp8 = None
         if not on:
-            if self._fp8 is not None:
-                self._fp8.restore()
-                self._fp8 = None
             return False
         if self._fp8 is not None:
             return True
@@ -371,7 +374,8 @@ class TorchBackend:
             log.warning("float8 encoding needs a CUDA GPU with compute capability 8.9+ (%s has none); "
                         "encoding in %s", self.device, self.dtype)
             return False
-        self._fp8 = enable_fp8(self.model)
+        self._fp8 = enable_fp8(self.model, options=options)
+        self._fp8_options = options
         return True
 
     def _choose_varlen(self, spec: ModelSpec, varlen: bool | None) -> bool:

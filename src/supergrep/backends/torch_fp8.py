@@ -12,17 +12,49 @@ reports the cosine to the bf16 vectors), not assumed.
 
 ``enable_fp8(model)`` swaps the encoder's ``nn.Linear`` layers for ``Fp8Linear`` in place and
 returns a handle whose ``restore()`` puts the originals back (``bench encode`` compares both in
-one process). ``project`` in ``torch_t5_varlen.py`` runs the projections that share an input
+one process). Two knobs (``Fp8Options``), both measured against the default in ``bench encode``:
+``scaling="tensor"`` (one scale per weight group and per input tensor: cuBLAS's tensor-scaled
+kernels instead of the row-scaled one, but a token's vector then depends on the batch's largest
+activation) and ``fast_accum`` (the float8 tensor cores' own accumulation, without the periodic
+promotion to float32). ``project`` in ``torch_t5_varlen.py`` runs the projections that share an input
 (q, k, v; wi_0, wi_1) as one float8 product over the stacked weights, with the input quantised once.
 """
 
 from __future__ import annotations
+
+import os
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0  # the largest finite e4m3fn value
+
+
+@dataclass(frozen=True)
+class Fp8Options:
+    """How the float8 products scale and accumulate. ``scaling``: "row" (a scale per weight row and
+    per input token; the default) or "tensor" (one per weight group and per input tensor);
+    ``fast_accum``: accumulate in the tensor cores' own precision (faster, less exact)."""
+
+    scaling: str = "row"
+    fast_accum: bool = False
+
+    def __post_init__(self):
+        if self.scaling not in ("row", "tensor"):
+            raise ValueError(f"float8 scaling must be 'row' or 'tensor', not {self.scaling!r}")
+
+    @classmethod
+    def from_env(cls) -> Fp8Options:
+        """``SUPERGREP_ENCODE_FP8_SCALING=row|tensor``, ``SUPERGREP_ENCODE_FP8_FAST_ACCUM=1``."""
+        from supergrep.errors import ConfigError
+
+        fast = os.environ.get("SUPERGREP_ENCODE_FP8_FAST_ACCUM", "").strip().lower() in ("1", "true", "yes", "on")
+        scaling = os.environ.get("SUPERGREP_ENCODE_FP8_SCALING", "row").strip().lower() or "row"
+        if scaling not in ("row", "tensor"):
+            raise ConfigError(f"SUPERGREP_ENCODE_FP8_SCALING={scaling!r}: set it to 'row' or 'tensor' (or unset it)")
+        return cls(scaling, fast)
 
 
 def fp8_supported(device: torch.device | str) -> bool:
@@ -41,27 +73,42 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (x / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
 
 
+def quantize_tensor(x: torch.Tensor, amax: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x / s) in float8 and one float32 scale s = amax / 448 (0-d) for the whole tensor (or for
+    the given ``amax``, e.g. a weight group's)."""
+    x = x.float()
+    amax = x.abs().amax() if amax is None else amax.float()
+    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+    return (x / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
+
+
 class Fp8Linear(nn.Module):
     """``y = x W^T + b`` with W stored in float8 (a float32 scale per output row) and x quantised
     per row on the fly; the product accumulates in float32 (``torch._scaled_mm``) and is returned
     in x's dtype."""
 
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, linear: nn.Linear, options: Fp8Options = Fp8Options(), group_amax: torch.Tensor | None = None):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        wq, ws = quantize_rows(linear.weight.detach())
+        self.options = options
+        if options.scaling == "row":
+            wq, ws = quantize_rows(linear.weight.detach())
+            ws = ws.reshape(1, -1).contiguous()  # (1, out)
+        else:  # one scale for the group (the parent's projections), so they stack into one product
+            wq, ws = quantize_tensor(linear.weight.detach(), group_amax)
         self.register_buffer("weight_fp8", wq)  # (out, in), row-major: .t() is the column-major B
-        self.register_buffer("weight_scale", ws.reshape(1, -1).contiguous())  # (1, out)
+        self.register_buffer("weight_scale", ws)
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return fp8_linear(x, [self])
 
 
-def _mm(xq: torch.Tensor, xs: torch.Tensor, wq: torch.Tensor, ws: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def _mm(xq: torch.Tensor, xs: torch.Tensor, wq: torch.Tensor, ws: torch.Tensor, dtype: torch.dtype,
+        fast_accum: bool = False) -> torch.Tensor:
     # any row count: float8 products need multiples of 16 only in the inner and output sizes (no
     # padding here, whose size-dependent branch would recompile the compiled forward per remainder)
-    return torch._scaled_mm(xq, wq.t(), scale_a=xs, scale_b=ws, out_dtype=dtype)
+    return torch._scaled_mm(xq, wq.t(), scale_a=xs, scale_b=ws, out_dtype=dtype, use_fast_accum=fast_accum)
 
 
 def fp8_linear(x: torch.Tensor, mods: list[Fp8Linear]) -> torch.Tensor:
@@ -69,13 +116,15 @@ def fp8_linear(x: torch.Tensor, mods: list[Fp8Linear]) -> torch.Tensor:
     x quantised once, one product over the stacked weights (exact: the scales are per output row)."""
     dtype = x.dtype if x.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
     shape = x.shape
-    xq, xs = quantize_rows(x.reshape(-1, shape[-1]))
+    opts = mods[0].options
+    row = opts.scaling == "row"
+    xq, xs = (quantize_rows if row else quantize_tensor)(x.reshape(-1, shape[-1]))
     if len(mods) == 1:
         wq, ws = mods[0].weight_fp8, mods[0].weight_scale
-    else:
+    else:  # tensor scaling: enable_fp8 gave siblings one shared scale, so mods[0]'s is theirs
         wq = torch.cat([m.weight_fp8 for m in mods])
-        ws = torch.cat([m.weight_scale for m in mods], dim=1)
-    y = _mm(xq, xs, wq, ws, dtype)
+        ws = torch.cat([m.weight_scale for m in mods], dim=1) if row else mods[0].weight_scale
+    y = _mm(xq, xs, wq, ws, dtype, opts.fast_accum)
     biases = [m.bias for m in mods]
     if any(b is not None for b in biases):
         y = y + torch.cat([b if b is not None else y.new_zeros(m.out_features) for b, m in zip(biases, mods)]).to(dtype)
@@ -101,17 +150,26 @@ class Fp8Handle:
         self.swapped = []
 
 
-def enable_fp8(model: nn.Module, skip: tuple[str, ...] = ("pooler",)) -> Fp8Handle:
+def enable_fp8(model: nn.Module, skip: tuple[str, ...] = ("pooler",), options: Fp8Options | None = None) -> Fp8Handle:
     """Swap every ``nn.Linear`` of ``model`` (not under a name in ``skip``) for ``Fp8Linear``.
-    Layers whose sizes are not multiples of 16 (float8 products need them) stay as they are."""
+    Layers whose sizes are not multiples of 16 (float8 products need them) stay as they are.
+    With tensor scaling the swapped children of one parent (T5's q, k, v, o; wi_0, wi_1, wo)
+    share one weight scale, so ``project`` can stack them into one product."""
+    options = options or Fp8Options.from_env()
     swapped = []
     for pname, parent in list(model.named_modules()):
+        picked = []
         for name, child in list(parent.named_children()):
             full = f"{pname}.{name}" if pname else name
             if type(child) is not nn.Linear or any(s in full for s in skip):
                 continue
             if child.in_features % 16 or child.out_features % 16:
                 continue
-            setattr(parent, name, Fp8Linear(child))
+            picked.append((name, child))
+        if not picked:
+            continue
+        amax = torch.stack([c.weight.detach().float().abs().amax() for _, c in picked]).amax()
+        for name, child in picked:
+            setattr(parent, name, Fp8Linear(child, options, amax))
             swapped.append((parent, name, child))
     return Fp8Handle(swapped)

@@ -37,8 +37,15 @@ def encoder_flops(backend, dim: int) -> ModelFlops:
 MODES = ("padded", "varlen", "varlen+compile", "varlen+autotune")
 # Modifiers of the varlen modes, for same-process comparisons: ``half`` hands the host float16
 # vectors to convert (the path before 2026-11-24's float32 default); ``fp8`` runs the encoder's
-# linear layers as float8 products (torch_fp8.py).
-MODIFIERS = ("half", "fp8")
+# linear layers as float8 products (torch_fp8.py), with ``fp8t`` one scale per tensor instead of per
+# row and ``fast`` the tensor cores' fast accumulation (with fp8 or fp8t).
+MODIFIERS = ("half", "fp8", "fp8t", "fast")
+
+
+def fp8_options(mods: set[str]):
+    from supergrep.backends.torch_fp8 import Fp8Options
+
+    return Fp8Options("tensor" if "fp8t" in mods else "row", "fast" in mods)
 
 
 def parse_mode(mode: str) -> tuple[str, set[str]]:
@@ -46,7 +53,7 @@ def parse_mode(mode: str) -> tuple[str, set[str]]:
     parts = mode.split("+")
     mods = {p for p in parts if p in MODIFIERS}
     base = "+".join(p for p in parts if p not in MODIFIERS)
-    if base not in MODES or (mods and base == "padded"):
+    if base not in MODES or (mods and base == "padded") or ("fast" in mods and not {"fp8", "fp8t"} & mods):
         raise ValueError(f"unknown encode mode {mode!r}; choose from {', '.join(MODES)}, the varlen ones "
                          f"optionally with +{' +'.join(MODIFIERS)}")
     return base, mods
@@ -175,8 +182,9 @@ def run_encode_bench(wl: Workload, device: str = "auto", n_docs: int = 2000, ind
             backend.varlen = False
         else:  # this mode's forward from the first batch (no switch to compiled midway)
             backend.flat_host_dtype = torch.float16 if "half" in mods else torch.float32
-            fp8_on = backend.set_fp8("fp8" in mods) if hasattr(backend, "set_fp8") else False
-            if "fp8" in mods and not fp8_on:
+            want_fp8 = bool({"fp8", "fp8t"} & mods)
+            fp8_on = backend.set_fp8(want_fp8, fp8_options(mods)) if hasattr(backend, "set_fp8") else False
+            if want_fp8 and not fp8_on:
                 rows.append({"what": f"forward, {mode}", "error": f"no float8 products on {dev}", "seconds": 0})
                 continue
             backend.set_flat_mode(base.partition("+")[2] or "eager")
