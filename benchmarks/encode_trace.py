@@ -64,9 +64,10 @@ def main() -> None:
     from supergrep.bench.encode import fp8_options, parse_mode
 
     for mode in args.modes.split(","):
-        base, mods = parse_mode(mode)  # modifiers as in `bench encode`: +half, +fp8, +fp8t, +fast
+        base, mods = parse_mode(mode)  # modifiers as in `bench encode`: +half, +fp8, +fp8t, +f32acc, +pageable
         be.flat_host_dtype = torch.float16 if "half" in mods else torch.float32
         be.set_fp8(bool({"fp8", "fp8t"} & mods), fp8_options(mods))
+        be.flat_pin_inputs = "pageable" not in mods
         be.set_flat_mode(base.partition("+")[2] or "eager")
         cu = np.zeros(len(lengths) + 1, np.int32)
         np.cumsum(lengths, out=cu[1:])

@@ -201,7 +201,7 @@ def test_bench_cli_train_and_encode(tmp_path):
     assert rows[0]["error"] == "no float8 products on cpu" and rows[1]["mode"] == "varlen"
     from cli_runner import run_main
 
-    for bad in ("padded,fast", "padded+half", "varlen+fast"):
+    for bad in ("padded,fast", "padded+half", "varlen+f32acc"):
         got = run_main(["bench", "encode", "-w", "minilm-tiny", "--work-dir", tmp_path / "w", "--modes", bad])
         assert got.exit_code == 2 and f"unknown encode mode '{bad.split(',')[-1]}'" in got.output
 

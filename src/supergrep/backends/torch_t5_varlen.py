@@ -51,7 +51,11 @@ def varlen_forward(encoder: nn.Module, ids: torch.Tensor, cu: torch.Tensor, max_
     if ids.is_cuda and use_dense_bias():  # once per step, shared by the 12 layers
         from supergrep.backends.triton_t5_attention import dense_bias
 
+        # float16 when nothing is trained (encoding): half the bias bytes each tile reads, which
+        # took the attention forward from 0.79 to 0.70 ms a layer on an H100 (fp8 session records)
         table = dense_bias(table.detach(), dist, max_len)
+        if not torch.is_grad_enabled():
+            table = table.half()
     h = stack.dropout(stack.embed_tokens(ids))  # (N, d_model)
     for block in stack.block:
         sa_layer, ff_layer = block.layer[0], block.layer[-1]

@@ -38,14 +38,15 @@ MODES = ("padded", "varlen", "varlen+compile", "varlen+autotune")
 # Modifiers of the varlen modes, for same-process comparisons: ``half`` hands the host float16
 # vectors to convert (the path before 2026-11-24's float32 default); ``fp8`` runs the encoder's
 # linear layers as float8 products (torch_fp8.py), with ``fp8t`` one scale per tensor instead of per
-# row and ``fast`` the tensor cores' fast accumulation (with fp8 or fp8t).
-MODIFIERS = ("half", "fp8", "fp8t", "fast")
+# row and ``f32acc`` without the tensor cores' fast accumulation (with fp8 or fp8t); ``pageable`` uploads the
+# inputs from pageable memory (the path before pinned input buffers).
+MODIFIERS = ("half", "fp8", "fp8t", "f32acc", "pageable")
 
 
 def fp8_options(mods: set[str]):
     from supergrep.backends.torch_fp8 import Fp8Options
 
-    return Fp8Options("tensor" if "fp8t" in mods else "row", "fast" in mods)
+    return Fp8Options("tensor" if "fp8t" in mods else "row", fast_accum="f32acc" not in mods)
 
 
 def parse_mode(mode: str) -> tuple[str, set[str]]:
@@ -53,7 +54,7 @@ def parse_mode(mode: str) -> tuple[str, set[str]]:
     parts = mode.split("+")
     mods = {p for p in parts if p in MODIFIERS}
     base = "+".join(p for p in parts if p not in MODIFIERS)
-    if base not in MODES or (mods and base == "padded") or ("fast" in mods and not {"fp8", "fp8t"} & mods):
+    if base not in MODES or (mods and base == "padded") or ("f32acc" in mods and not {"fp8", "fp8t"} & mods):
         raise ValueError(f"unknown encode mode {mode!r}; choose from {', '.join(MODES)}, the varlen ones "
                          f"optionally with +{' +'.join(MODIFIERS)}")
     return base, mods
@@ -157,7 +158,8 @@ def run_encode_bench(wl: Workload, device: str = "auto", n_docs: int = 2000, ind
     lengths = sample_lengths(n_docs, cap, rng)
     docs = [rng.integers(1000 if wl.vocab > 2000 else 5, wl.vocab, size=int(n)) for n in lengths]
     memory = MemoryRecorder(device=dev)
-    defaults = {k: getattr(backend, k) for k in ("varlen", "_flat", "_flat_compile_after", "flat_host_dtype")
+    defaults = {k: getattr(backend, k) for k in ("varlen", "_flat", "_flat_compile_after", "flat_host_dtype",
+                                                 "flat_pin_inputs")
                 if hasattr(backend, k)}
     if modes is None:
         modes = ("padded", "varlen") if defaults.get("varlen") else ("padded",)
@@ -182,6 +184,8 @@ def run_encode_bench(wl: Workload, device: str = "auto", n_docs: int = 2000, ind
             backend.varlen = False
         else:  # this mode's forward from the first batch (no switch to compiled midway)
             backend.flat_host_dtype = torch.float16 if "half" in mods else torch.float32
+            if hasattr(backend, "flat_pin_inputs"):
+                backend.flat_pin_inputs = "pageable" not in mods
             want_fp8 = bool({"fp8", "fp8t"} & mods)
             fp8_on = backend.set_fp8(want_fp8, fp8_options(mods)) if hasattr(backend, "set_fp8") else False
             if want_fp8 and not fp8_on:
