@@ -15,6 +15,9 @@
 # `index` of torch/_inductor with MiniLM, stage by stage (index_stages.py), alternating the tree's
 # src with OLDSRC's (carry .gpu/site: tree_sitter + the Python grammar for py3.12, and OLDSRC).
 # PACK=1: everything under $OUT into one results.tgz at the end.
+# inductor: `bench encode` of EW (xtr-base) in EM's modes, once per Inductor setting in IENVS
+# (space-separated; each a comma-separated list of TORCHINDUCTOR_* variables, "-" for the defaults),
+# one process each.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -65,6 +68,15 @@ for part in $parts; do
           --json "$OUT/index-$v-$r.json" -- --store exact --model-path $model > "$OUT/index-$v-$r.txt" 2>&1
         echo "== $v $r rc=$?"; grep -v "Warning\|warn(" "$OUT/index-$v-$r.txt" | awk '$0 !~ /^ *[A-Za-z_-]+ .* 0\.0[0-9] /' | head -24
       done
+    done ;;
+  inductor)
+    for envs in ${IENVS:-- TORCHINDUCTOR_COORDINATE_DESCENT_TUNING=1 TORCHINDUCTOR_MULTI_KERNEL=1}; do
+      tag=$(echo "$envs" | tr -c 'A-Za-z0-9=_\n' '_' | sed 's/TORCHINDUCTOR_//g'); [ "$envs" = - ] && tag=default
+      ( [ "$envs" != - ] && export ${envs//,/ }
+        timeout "${CAP_S:-200}" python3 -m supergrep bench encode -w ${EW:-xtr-base} --model-path $model --docs "${DOCS:-20000}" \
+          --doc-cap 512 --no-index --modes "${EM:-varlen+compile+fp8}" --out "$OUT/inductor-$tag" > "$OUT/inductor-$tag-log.txt" 2>&1
+        echo "inductor $tag rc=$?" )
+      grep "^| forward" "$OUT/inductor-$tag-log.txt" "$OUT"/inductor-"$tag"/*.md 2>/dev/null | tail -4
     done ;;
   minilm)
     MV=${MV:-bf16+compile+packing,bf16+compile+varlen+packing,bs=192+bf16+compile+packing,bs=192+bf16+compile+varlen+packing}
