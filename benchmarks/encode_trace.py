@@ -6,7 +6,11 @@ kernel family (step_trace.py's groups):
 - ``gpu``: the flat forward (embeddings .. normalised vectors) between CUDA events;
 - ``copy``: the vectors to the host (``.cpu()``);
 - ``split``: the Encoder's host work, one float32 array per document;
-- wall of ``Encoder.encode_ids`` on the same documents, and GPU-busy ms per call in the trace.
+- wall of ``Encoder.encode_ids`` on the same documents, and GPU-busy ms per call in the trace;
+- with ``--stream K``: one ``encode_ids`` over K calls' worth of documents (as `bench encode` and
+  `index` run them, each call queued while the host splits the previous one), profiled: the GPU's
+  busy share of the wall and its idle gaps by what the host was doing (``sg::submit_flat``,
+  ``sg::wait_result``; no label = the Encoder's own host work: concatenating, splitting).
 
     python benchmarks/encode_trace.py --model-path .gpu/minilm-fp16 --workload xtr-base --modes varlen,varlen+compile --out $OUT/encode-trace
 """
@@ -23,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "src"))
-from step_trace import busy_ms, is_annotation, kernel_group  # noqa: E402
+from step_trace import busy_ms, gap_table, idle_gaps, is_annotation, kernel_group  # noqa: E402
 
 
 def main() -> None:
@@ -35,6 +39,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=131072)
     ap.add_argument("--doc-cap", type=int, default=512)
     ap.add_argument("--calls", type=int, default=5)
+    ap.add_argument("--stream", type=int, default=0, help="also profile one encode_ids over this many calls")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
 
@@ -117,8 +122,44 @@ def main() -> None:
         ms["busy_per_call"] = busy_ms(kernels) / 3
         report["modes"][mode] = {"ms": ms, "groups_ms": dict(sorted(groups.items(), key=lambda x: -x[1])),
                                  "top_kernels_ms": dict(sorted(top.items(), key=lambda x: -x[1])[:25])}
+        if args.stream:
+            report["modes"][mode]["stream"] = stream_gaps(enc, wl, args, rng)
         print(mode, json.dumps(report["modes"][mode], indent=1), flush=True)
     (out / f"encode-trace-{wl.name}.json").write_text(json.dumps(report, indent=1))
+
+
+def stream_gaps(enc, wl, args, rng) -> dict:
+    """One encode_ids over ``args.stream`` calls' worth of fresh documents, profiled: where the GPU
+    waits between calls, and what the host was doing then."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from supergrep.bench.workloads import sample_lengths
+
+    lengths = sample_lengths(4 * args.tokens * args.stream // 100, args.doc_cap, rng)
+    docs = [rng.integers(1000, wl.vocab, size=int(n)) for n in lengths]
+    enc.encode_ids(docs[: len(docs) // 4], "document")  # this size's compiled variants, the allocator
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        enc.encode_ids(docs, "document")
+        torch.cuda.synchronize()
+    wall_ms = 1000 * (time.perf_counter() - t)
+    events = prof.events()
+    kernels = [e for e in events if e.device_type.name == "CUDA" and not is_annotation(e)]
+    cpu = [e for e in events if e.device_type.name == "CPU"]
+    gaps = idle_gaps(kernels, cpu, min_us=20.0)
+    first = min(e.time_range.start for e in kernels)
+    last = max(e.time_range.end for e in kernels)
+    calls = sum(1 for e in cpu if e.name == "sg::submit_flat")
+    busy = busy_ms(kernels)
+    res = {"tokens": int(lengths.sum()), "calls": calls, "wall_ms_profiled": wall_ms,
+           "kernel_span_ms": (last - first) / 1000, "busy_ms": busy,
+           "busy_share_of_span": busy / ((last - first) / 1000), "idle_gaps_ms": sum(g["ms"] for g in gaps),
+           "gaps": len(gaps), "by_host": gap_table(gaps, 1, top=12),
+           "largest": sorted(({"ms": g["ms"], "host": g["host"][-4:]} for g in gaps), key=lambda g: -g["ms"])[:12]}
+    print("stream:", json.dumps(res, indent=1), flush=True)
+    return res
 
 
 def report_flops(backend, spec, lengths) -> float:

@@ -9,7 +9,8 @@
 # encoding); minilm: `bench train -w minilm`, joint packing vs varlen (BERT), batch 48 and 192.
 # Env: BS (192), STEPS (30), WARM (10), V (the bench variants), CAP_S per part; trace: TW, TV, TSTEPS,
 # AB (a trainer switch compared in one process, e.g. AB=stage_copies), ROUNDS, CURVE (warm-up timed in blocks);
-# etrace: ETM (encode_trace.py's modes, e.g. varlen+compile,varlen+compile+fp8).
+# etrace: ETM (encode_trace.py's modes, e.g. varlen+compile,varlen+compile+fp8), ESTREAM (--stream K:
+# K calls in one encode_ids, profiled for the GPU's idle gaps between calls).
 # fp8gemm: the float8 products alone (benchmarks/fp8_gemm.py); attnfwd: the attention forward alone
 # at encoding's shape over a grid of tiles (varlen_attention.py --fwd-only); index: a whole
 # `index` of torch/_inductor with MiniLM, stage by stage (index_stages.py), alternating the tree's
@@ -51,8 +52,9 @@ for part in $parts; do
   etrace)
     for w in ${EW:-xtr-base minilm}; do
       timeout "${CAP_S:-200}" python3 benchmarks/encode_trace.py --workload $w --model-path $model \
-        --doc-cap $([ $w = xtr-base ] && echo 512 || echo 256) --modes "${ETM:-varlen,varlen+compile}" --out "$OUT/encode-trace" > "$OUT/encode-trace-$w.txt" 2>&1
+        --doc-cap $([ $w = xtr-base ] && echo 512 || echo 256) --modes "${ETM:-varlen,varlen+compile}" ${ESTREAM:+--stream "$ESTREAM"} --out "$OUT/encode-trace" > "$OUT/encode-trace-$w.txt" 2>&1
       echo "etrace $w rc=$?"; grep -v "Warning\|warn(" "$OUT/encode-trace-$w.txt" | grep -A12 '"ms"'
+      grep -A60 '^stream:' "$OUT/encode-trace-$w.txt" | grep -v '^ *[][{}],\?$' | head -70
     done ;;
   fp8gemm)
     timeout "${CAP_S:-120}" python3 benchmarks/fp8_gemm.py --out "$OUT/fp8-gemm.json" 2>&1 | grep -v Warning | tee "$OUT/fp8-gemm.txt" ;;

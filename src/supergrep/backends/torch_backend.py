@@ -313,7 +313,8 @@ class _Pending:
 
     def result(self) -> np.ndarray:
         if self._done is not None:
-            self._done.synchronize()
+            with torch.profiler.record_function("sg::wait_result"):
+                self._done.synchronize()
             self._done = None
         return self._host
 
@@ -469,6 +470,10 @@ class TorchBackend:
         device and ``.result()`` waits for them, so the caller's host work on the previous batch
         overlaps this one's GPU work. The array ``result()`` gives lives in a reused pinned buffer:
         valid until the next-but-one submit (copy what you keep)."""
+        with torch.profiler.record_function("sg::submit_flat"):  # a label for encode_trace.py's gaps
+            return self._submit_flat(input_ids, lengths)
+
+    def _submit_flat(self, input_ids: np.ndarray, lengths: np.ndarray) -> _Pending:
         lengths = np.asarray(lengths, dtype=np.int64)
         cu = np.zeros(len(lengths) + 1, dtype=np.int32)
         np.cumsum(lengths, out=cu[1:])
