@@ -155,6 +155,32 @@ def test_a_first_batch_that_cannot_run_falls_back_to_padding(zoo, caplog):
         np.testing.assert_allclose(g, w, atol=1e-6)
 
 
+def test_the_second_batch_is_queued_before_the_first_is_awaited_and_its_errors_still_fall_back(zoo, caplog):
+    """A device error of the first batch surfaces in its result() (CUDA reports kernel faults
+    asynchronously): by then the second batch is queued (the GPU never idles for its launch), and
+    the run still falls back to padded batches with nothing counted twice."""
+    padded, flat = _encoders(zoo.path("bert"), 40)  # several batches
+    real = flat.backend.submit_flat
+    log = []
+
+    class Failing:
+        def result(self):
+            log.append("result 0")
+            raise RuntimeError("CUDA error: no kernel image is available for execution on the device")
+
+    def submit(ids, lengths):
+        log.append(f"submit {len(log)}")
+        return Failing() if len(log) == 1 else real(ids, lengths)
+
+    flat.backend.submit_flat = submit
+    done = []
+    got = flat.encode_documents(DOCS, progress=done.append)
+    assert log[:3] == ["submit 0", "submit 1", "result 0"]
+    assert not flat.backend.varlen and "padded batches" in caplog.text and sum(done) == len(DOCS)
+    for w, g in zip(padded.encode_documents(DOCS), got, strict=True):
+        np.testing.assert_allclose(g, w, atol=1e-6)
+
+
 def test_a_later_batch_failure_is_not_hidden(zoo):
     _, flat = _encoders(zoo.path("bert"), 40)  # several batches
     real = flat.backend.submit_flat

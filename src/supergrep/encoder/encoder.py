@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 
@@ -174,22 +175,20 @@ class Encoder:
         for k, batch in enumerate(batches):
             flat_ids = np.concatenate([np.asarray(ids[i], dtype=np.int64) for i in batch])
             lens = np.array([lengths[i] for i in batch])
-            try:
+            with _first_batch(k):
                 if submit is None:
                     job = (batch, flat_ids, _Done(self.backend.forward_flat(flat_ids, lens)))
                 else:
                     job = (batch, flat_ids, submit(flat_ids, lens))
-                    if k == 0:
-                        job[2].result()  # the first batch's errors surface here, before any progress
-            except (RuntimeError, ImportError, NotImplementedError) as exc:
-                if k > 0 or "out of memory" in str(exc).lower():
-                    raise
-                raise _FirstBatchFailed(_one_line(exc)) from exc
             if pending is not None:
-                self._split(*pending, lengths, skip, out, progress)
+                # the first batch's device errors surface in its result(), before any progress; it
+                # is not awaited before the second is queued (the GPU would idle for that launch)
+                with _first_batch(k - 1):
+                    self._split(*pending, lengths, skip, out, progress)
             pending = job
         if pending is not None:
-            self._split(*pending, lengths, skip, out, progress)
+            with _first_batch(len(batches) - 1):
+                self._split(*pending, lengths, skip, out, progress)
         done = sum(len(b) for b in batches)
         if progress is not None and done < len(ids):
             progress(len(ids) - done)  # empty documents: nothing to encode
@@ -207,6 +206,18 @@ class Encoder:
             at += n
         if progress is not None:
             progress(len(batch))
+
+
+@contextlib.contextmanager
+def _first_batch(k: int):
+    """Errors of batch ``k`` == 0 (not out of memory) become ``_FirstBatchFailed``: the caller falls
+    back to padded batches; later ones propagate."""
+    try:
+        yield
+    except (RuntimeError, ImportError, NotImplementedError) as exc:
+        if k > 0 or "out of memory" in str(exc).lower():
+            raise
+        raise _FirstBatchFailed(_one_line(exc)) from exc
 
 
 class _FirstBatchFailed(Exception):
