@@ -23,7 +23,7 @@ from supergrep.cli.output import echo_json
 @click.option("--steps", type=click.IntRange(1), default=600, show_default=True)
 @click.option("--batch-size", type=click.IntRange(2), default=32, show_default=True,
               help="Pairs per step (each query is ranked among the batch's documents).")
-@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=1e-4, show_default=True)
+@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=5e-4, show_default=True)
 @click.option("--temperature", type=click.FloatRange(min=0, min_open=True), default=0.05, show_default=True,
               help="Of the MaxSim softmax in the ranking term (scores: means over query tokens).")
 @click.option("--rank-weight", type=click.FloatRange(min=0), default=1.0, show_default=True,
@@ -32,7 +32,7 @@ from supergrep.cli.output import echo_json
               help="Truncate training documents to this many tokens (0: the model's own length).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--force", is_flag=True, help="Overwrite a non-empty output directory.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object (progress stays on stderr).")
 @common_options(config=False, backend=False)
 def shrink_cmd(pairs: Path, output: Path, layers: str, n_pairs: int, val_pairs: int, steps: int, batch_size: int,
                lr: float, temperature: float, rank_weight: float, max_document_tokens: int, seed: int, force: bool,
@@ -53,7 +53,8 @@ def shrink_cmd(pairs: Path, output: Path, layers: str, n_pairs: int, val_pairs: 
                        model_path=str(opts.model_path or ""), n_pairs=n_pairs, val_pairs=val_pairs, steps=steps,
                        batch_size=batch_size, lr=lr, temperature=temperature, rank_weight=rank_weight,
                        max_document_tokens=max_document_tokens, device=opts.device or "auto", seed=seed, force=force)
-    report = shrink_model(cfg, progress=None if as_json else lambda m: click.echo(m, err=True))
+    # progress goes to stderr even with --json (stdout holds only the report): runs are minutes long
+    report = shrink_model(cfg, progress=lambda m: click.echo(m, err=True))
     if as_json:
         echo_json(report.to_dict())
         return

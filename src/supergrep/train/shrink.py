@@ -68,7 +68,7 @@ class ShrinkConfig:
     val_pairs: int = 500  # held-out pairs ranked in one pool for the report
     steps: int = 600
     batch_size: int = 32  # pairs per step: 32 queries x 32 documents of in-batch ranking
-    lr: float = 1e-4
+    lr: float = 5e-4  # the CPU run of docs/deployment.md (AdamW, warm-up, cosine decay to 10%)
     temperature: float = 0.05  # of the MaxSim softmax (scores are means over query tokens, in [-1, 1])
     rank_weight: float = 1.0  # ranking term's weight against the token term
     max_document_tokens: int = 0  # training truncation (0: the model's own, 256 for MiniLM)
