@@ -276,7 +276,7 @@ def shrink_model(cfg: ShrinkConfig, progress: Callable[[str], None] | None = Non
         with torch.no_grad():
             token, rank = losses(sqv, tqv, tqm, sdv, tdv, tdm)
             scores = maxsim_scores(ops, sqv, tqm, sdv, tdm).cpu().numpy()
-        r = _ranking(scores, teacher_scores)
+        r = ranking(scores, teacher_scores)
         every = torch.cat([cq, cd])
         return Agreement(token_cos_mean=_r(every.mean()), token_cos_min=_r(every.min()),
                          query_cos_mean=_r(cq.mean()), document_cos_mean=_r(cd.mean()),
@@ -287,7 +287,7 @@ def shrink_model(cfg: ShrinkConfig, progress: Callable[[str], None] | None = Non
                           of_layers=int(layer_count(spec.transformer_path) or 0),
                           parameters_trained=int(sum(p.numel() for p in trained)), train_pairs=len(train),
                           val_pairs=len(val), steps=cfg.steps, batch_size=cfg.batch_size, device=str(device))
-    own = _ranking(teacher_scores, teacher_scores)
+    own = ranking(teacher_scores, teacher_scores)
     report.teacher = {"mrr": own["mrr"], "p_at_1": own["p_at_1"]}
     report.start = evaluate()
     t_eval = time.perf_counter() - t0
@@ -347,9 +347,13 @@ def _r(x, digits: int = 4) -> float:
     return round(float(x), digits)
 
 
-def _ranking(scores: np.ndarray, teacher: np.ndarray) -> dict:
+def ranking(scores: np.ndarray, teacher: np.ndarray) -> dict:
     """The positive's (the diagonal's) MRR and P@1 in ``scores`` (n_q, n_d), and the top-10
-    overlap with the teacher's ranking, mean over queries."""
+    overlap with the teacher's ranking, mean over queries.
+
+    >>> ranking(np.array([[0.9, 0.1], [0.8, 0.5]]), np.array([[0.9, 0.1], [0.1, 0.5]]))
+    {'mrr': 0.75, 'p_at_1': 0.5, 'agreement_at_10': 1.0}
+    """
     n = scores.shape[0]
     idx = np.arange(n)
     rank = (scores > scores[idx, idx][:, None]).sum(1)
