@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -134,6 +135,24 @@ def test_a_t5_student_keeps_the_position_bias_and_projection(tmp_path, pairs_fil
 
     model = TorchBackend(spec, device="cpu").model
     assert len(model.encoder.block) == 1 and model.encoder.block[0].layer[0].SelfAttention.has_relative_attention_bias
+    if importlib.util.find_spec("mlx") is not None:  # MLX renumbers the keys and moves the bias alike
+        got = Encoder(spec, backend="mlx", device="cpu").encode_documents(TEXTS)
+        for a, b in zip(vecs, got, strict=True):
+            np.testing.assert_allclose(a, b, atol=1e-4)
+
+
+def test_quantizing_a_shrunk_model_writes_a_model_of_its_layers(shrunk, tmp_path):
+    from supergrep.backends.torch_backend import TorchBackend
+    from supergrep.export.quantized import quantize_model
+
+    out, _ = shrunk
+    quantize_model(out, tmp_path / "q8", bits=8, check=False)
+    assert json.loads((tmp_path / "q8" / "config.json").read_text())["num_hidden_layers"] == 2
+    assert len(TorchBackend(resolve_model(tmp_path / "q8"), device="cpu").model.encoder.layer) == 2
+    ref = Encoder(resolve_model(out), backend="torch", device="cpu").encode_documents(TEXTS)
+    got = Encoder(resolve_model(tmp_path / "q8"), backend="torch", device="cpu").encode_documents(TEXTS)
+    for a, b in zip(ref, got, strict=True):
+        assert (a * b).sum(1).mean() > 0.99
 
 
 @pytest.mark.parametrize("layers,message", [
