@@ -17,6 +17,10 @@ measured in the same run):
 
 and with --eval, `supergrep eval` on the public set per form (hybrid and semantic P@1/MRR@10).
 Prints a markdown table; --out writes the raw figures as JSON.
+
+Other models (e.g. a `supergrep shrink` student) join the same run with ``--model NAME=DIR`` and
+forms named ``NAME:FORM`` (``--forms onnx-int8,l3:onnx-int8``), built from DIR into
+--workdir/NAME/ (rebuilt when DIR's fingerprint changed).
 """
 
 from __future__ import annotations
@@ -60,18 +64,31 @@ FORMS = {
 }
 
 
-def build_forms(workdir: Path, names: list[str]) -> dict[str, Path]:
-    """Model directory per form, built once (reused when present)."""
-    src = default_model_dir()
+def form_of(name: str) -> tuple[str, str]:
+    """("" for the default model, else the --model NAME; the FORMS key) of a form name.
+
+    >>> form_of("l3:onnx-int8"), form_of("torch-fp32")
+    (('l3', 'onnx-int8'), ('', 'torch-fp32'))
+    """
+    model, _, form = name.rpartition(":")
+    return model, form
+
+
+def build_forms(workdir: Path, names: list[str], models: dict[str, Path]) -> dict[str, Path]:
+    """Model directory per form, built once (reused while its source's fingerprint is the same)."""
     exe = shutil.which("supergrep", path=str(Path(sys.executable).parent)) or "supergrep"
     dirs: dict[str, Path] = {}
     for name in names:
-        how = FORMS[name][0]
+        model, form = form_of(name)
+        src = models[model] if model else default_model_dir()
+        how = FORMS[form][0]
         if not how:
             dirs[name] = src
             continue
-        target = workdir / name.split("+")[0]  # "+int8vec" forms share their model's directory
-        if not (target / "supergrep_model.json").is_file():
+        target = (workdir / model if model else workdir) / form.split("+")[0]  # "+int8vec" shares its model's
+        meta = target / "supergrep_model.json"
+        built_from = json.loads(meta.read_text()).get("source", {}).get("fingerprint") if meta.is_file() else None
+        if built_from != resolve_model(src).fingerprint():
             cmd = [exe, *how.split(), str(src), "-o", str(target), "--force"]
             print(f"building {name}: {' '.join(cmd[1:])}", file=sys.stderr)
             subprocess.run(cmd, check=True)
@@ -169,7 +186,10 @@ def run_eval(model: Path, backend: str, vector_dtype: str, corpora: list[str], l
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--root", required=True, type=Path, help="Corpus indexed for throughput and latency.")
-    ap.add_argument("--forms", default=",".join(FORMS), help=f"Comma-separated subset of {', '.join(FORMS)}.")
+    ap.add_argument("--forms", default=",".join(FORMS),
+                    help=f"Comma-separated subset of {', '.join(FORMS)}; NAME:FORM for a --model.")
+    ap.add_argument("--model", action="append", default=[], metavar="NAME=DIR",
+                    help="Another float model directory whose forms (NAME:FORM) join the run (repeatable).")
     ap.add_argument("--workdir", type=Path, default=Path(".cache/deployment"))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--queries", type=Path, default=Path("eval/public/queries.jsonl"))
@@ -183,17 +203,24 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     names = [n.strip() for n in args.forms.split(",") if n.strip()]
-    unknown = [n for n in names if n not in FORMS]
+    models = {}
+    for m in args.model:
+        key, _, path = m.partition("=")
+        if not key or not path or ":" in key or not Path(path).is_dir():
+            raise SystemExit(f"--model {m!r}: expected NAME=DIR with an existing model directory")
+        models[key] = Path(path).resolve()
+    unknown = [n for n in names if form_of(n)[1] not in FORMS or (form_of(n)[0] and form_of(n)[0] not in models)]
     if unknown:
-        raise SystemExit(f"unknown forms {unknown}; choose from {list(FORMS)}")
+        raise SystemExit(f"unknown forms {unknown}; choose from {list(FORMS)} (NAME:FORM for a --model NAME=DIR)")
+    spec_of = {n: FORMS[form_of(n)[1]] for n in names}  # (how it is built, backend, index vectors)
     args.workdir.mkdir(parents=True, exist_ok=True)
     root = args.root.resolve()
     queries = [q.query for q in load_queries(args.queries)][: args.n_queries]
-    dirs = build_forms(args.workdir, names)
+    dirs = build_forms(args.workdir, names, models)
     results: dict = {
         "date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(), "load_avg_start": os.getloadavg(), "root": str(root),
-        "rounds": args.rounds, "python": sys.version.split()[0], "forms": {},
+        "rounds": args.rounds, "models": {k: str(v) for k, v in models.items()}, "python": sys.version.split()[0], "forms": {},
     }
     for lib in ("torch", "onnxruntime", "transformers"):
         try:
@@ -201,14 +228,14 @@ def main() -> None:
         except ImportError:
             pass
     encoders = {} if args.no_speed else {
-        n: Encoder(resolve_model(dirs[n]), backend=FORMS[n][1], device="cpu") for n in names}
+        n: Encoder(resolve_model(dirs[n]), backend=spec_of[n][1], device="cpu") for n in names}
     for e in encoders.values():
         e.encode_documents(["def warm(): pass"])  # load every model before timing any
     for n in names:
         meta = dirs[n] / "supergrep_model.json"
         parity = json.loads(meta.read_text()).get("parity") if meta.is_file() and n != "torch-fp32" else None
-        results["forms"][n] = {"model": str(dirs[n]), "built_by": FORMS[n][0], "backend": FORMS[n][1],
-                               "vector_dtype": FORMS[n][2], "model_bytes": model_size(dirs[n]),
+        results["forms"][n] = {"model": str(dirs[n]), "built_by": spec_of[n][0], "backend": spec_of[n][1],
+                               "vector_dtype": spec_of[n][2], "model_bytes": model_size(dirs[n]),
                                "parity": parity, "lines_per_s_rounds": []}
     with tempfile.TemporaryDirectory() as work:
         work = Path(work)
@@ -218,7 +245,7 @@ def main() -> None:
             names_speed = names
         for r in range(args.rounds if names_speed else 0):
             for n in (names if r % 2 == 0 else names[::-1]):  # alternate the order round by round
-                rep, stats = index_once(root, encoders[n], work / n, args.languages, FORMS[n][2])
+                rep, stats = index_once(root, encoders[n], work / n, args.languages, spec_of[n][2])
                 f = results["forms"][n]
                 f["lines_per_s_rounds"].append(round(rep.lines_per_s, 1))
                 f.setdefault("lines_per_cpu_s_rounds", []).append(round(rep.lines_indexed / stats["cpu_s"], 1))
@@ -231,14 +258,14 @@ def main() -> None:
             f["lines_per_s"] = round(statistics.median(f["lines_per_s_rounds"]), 1)
             f["speedup_vs_" + names[0]] = round(f["lines_per_s"] / base, 2)
             f["lines_per_cpu_s"] = round(statistics.median(f["lines_per_cpu_s_rounds"]), 1)
-            f.update(latency(root, work / n, encoders[n], queries, FORMS[n][2]))
-            f["cold_cli_search"] = cold_search(root, work / n, dirs[n], FORMS[n][1], queries[: args.cold_runs])
+            f.update(latency(root, work / n, encoders[n], queries, spec_of[n][2]))
+            f["cold_cli_search"] = cold_search(root, work / n, dirs[n], spec_of[n][1], queries[: args.cold_runs])
     if args.eval:
         corpora = args.corpus or ["jinja2=.cache/eval-corpora/jinja2-3.1.4/src",
                                   "itsdangerous=.cache/eval-corpora/itsdangerous-2.2.0/src"]
         for n in names:
             print(f"eval {n} ...", file=sys.stderr)
-            results["forms"][n]["eval"] = run_eval(dirs[n], FORMS[n][1], FORMS[n][2], corpora,
+            results["forms"][n]["eval"] = run_eval(dirs[n], spec_of[n][1], spec_of[n][2], corpora,
                                                    args.languages or ["python"], args.queries, args.workdir)
     results["load_avg_end"] = os.getloadavg()
     if not args.no_speed:

@@ -22,7 +22,7 @@ import sys
 # Every top-level command: a first argument that names one is not a query. Checked against
 # the click group by tests/daemon/test_launcher.py, so a new command cannot be missed here.
 COMMANDS = frozenset({
-    "search", "index", "status", "files", "chunks", "clean", "eval", "eval-pairs", "mine", "mine-negatives", "distill", "train", "merge", "interpolate",
+    "search", "index", "status", "files", "chunks", "clean", "eval", "eval-pairs", "mine", "mine-negatives", "distill", "shrink", "train", "merge", "interpolate",
     "convert", "profile", "bench", "quantize", "export", "daemon", "serve-mcp", "completions", "init", "models",
 })
 MODES = ("semantic", "lexical", "hybrid")

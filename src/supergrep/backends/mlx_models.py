@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -572,11 +573,41 @@ def load_weights(model: nn.Module, weights: dict[str, mx.array], model_type: str
 
 
 def load_transformer(spec: ModelSpec, dtype: mx.Dtype = mx.float32) -> Encoder:
-    """The base encoder of ``spec`` with its Hugging Face weights (no adapter)."""
+    """The base encoder of ``spec`` with its Hugging Face weights (no adapter); a layer-dropped
+    model (`supergrep shrink`) is built with its kept layers, their weights from its file."""
     path = spec.transformer_path
-    model = build_model(read_config(path), str(path / "config.json"))
-    load_weights(model, read_weights(_weight_files(path)), spec.model_type, str(path), dtype)
+    cfg, weights = read_config(path), read_weights(_weight_files(path))
+    if spec.layers is not None:
+        cfg = {**cfg, **{k: len(spec.layers.keep) for k in ("num_hidden_layers", "num_layers") if k in cfg}}
+        weights = kept_layer_weights(weights, spec.layers.keep)
+        weights.update(read_weights([spec.layers.file]))  # the trained layers, already renumbered
+    model = build_model(cfg, str(path / "config.json"))
+    load_weights(model, weights, spec.model_type, str(path), dtype)
     return model
+
+
+_LAYER_KEY = re.compile(r"(?:^|\.)encoder\.(?:layer|block)\.(\d+)\.")
+
+
+def kept_layer_weights(weights: dict, keep: tuple[int, ...]) -> dict:
+    """``weights`` with only the ``keep`` encoder layers, renumbered 0, 1, ...; T5's relative
+    position bias (block 0's) goes to the new first block, as torch's ``keep_layers`` does.
+
+    >>> sorted(kept_layer_weights({"bert.encoder.layer.2.w": 2, "encoder.layer.1.w": 1, "emb": 0}, (2,)))
+    ['bert.encoder.layer.0.w', 'emb']
+    """
+    new_index = {old: new for new, old in enumerate(keep)}
+    out = {}
+    for key, value in weights.items():
+        m = _LAYER_KEY.search(key)
+        if m is None:
+            out[key] = value
+            continue
+        old = int(m.group(1))
+        new = 0 if old == 0 and "relative_attention_bias" in key else new_index.get(old)
+        if new is not None:
+            out[key[: m.start(1)] + str(new) + key[m.end(1):]] = value
+    return out
 
 
 def load_encoder(spec: ModelSpec, dtype: mx.Dtype = mx.float32) -> Encoder:

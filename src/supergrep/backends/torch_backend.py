@@ -185,7 +185,19 @@ _HARMLESS_MISSING = re.compile(r"(^|\.)pooler\.|position_ids$|masked_bias$")
 
 
 def load_transformer(spec: ModelSpec, dtype: torch.dtype) -> torch.nn.Module:
-    """The base encoder; for encoder-decoder models (T5) only the encoder stack is used."""
+    """The base encoder; for encoder-decoder models (T5) only the encoder stack is used. A
+    layer-dropped model (`supergrep shrink`: ``spec.layers``) is the base with only the kept
+    layers, their weights from the student's file."""
+    model = _load_transformer(spec, dtype)
+    if spec.layers is not None:
+        from supergrep.backends.torch_layers import keep_layers, load_layer_weights
+
+        keep_layers(model, spec.layers.keep)
+        load_layer_weights(model, spec.layers.file)
+    return model
+
+
+def _load_transformer(spec: ModelSpec, dtype: torch.dtype) -> torch.nn.Module:
     import transformers
     from transformers.utils import logging as hf_logging
 

@@ -34,6 +34,7 @@ from supergrep.cli.cmd_quantize import quantize_cmd  # noqa: E402
 from supergrep.cli.cmd_search import search_cmd  # noqa: E402
 from supergrep.cli.cmd_serve_mcp import serve_mcp_cmd  # noqa: E402
 from supergrep.cli.cmd_shell import completions_cmd, init_cmd  # noqa: E402
+from supergrep.cli.cmd_shrink import shrink_cmd  # noqa: E402
 from supergrep.cli.cmd_status import chunks_cmd, clean_cmd, files_cmd, status_cmd  # noqa: E402
 from supergrep.cli.cmd_train import train_cmd  # noqa: E402
 from supergrep.errors import SupergrepError  # noqa: E402
@@ -74,6 +75,7 @@ def cli() -> None:
       supergrep mine-negatives pairs.jsonl -o hn.jsonl   add BM25 hard negatives
       supergrep train --train-file pairs.jsonl           fine-tune (LoRA), see docs/training.md
       supergrep distill pairs.jsonl -o DIR --dim 128     a small head that keeps the base's ranking
+      supergrep shrink pairs.jsonl -o DIR --layers 0,2,4  fewer layers, distilled from the base
       supergrep merge CHECKPOINT -o DIR                  fold the adapter into a plain model
       supergrep interpolate CHECKPOINT --alpha 0.5 -o DIR  WiSE-FT: blend a checkpoint with its base
       supergrep convert CHECKPOINT --to torch|mlx|merged -o DIR   move a checkpoint between backends
@@ -88,7 +90,7 @@ def cli() -> None:
 
 
 for _cmd in (search_cmd, index_cmd, status_cmd, files_cmd, chunks_cmd, clean_cmd, eval_cmd, eval_pairs_cmd,
-             mine_cmd, mine_negatives_cmd, distill_cmd, train_cmd, merge_cmd, interpolate_cmd, convert_cmd, profile_cmd,
+             mine_cmd, mine_negatives_cmd, distill_cmd, shrink_cmd, train_cmd, merge_cmd, interpolate_cmd, convert_cmd, profile_cmd,
              bench_group, quantize_cmd, export_cmd, models_group):
     cli.add_command(_cmd)
 for _cmd in (daemon_group, serve_mcp_cmd, completions_cmd, init_cmd):  # issue 9: daemon, agents, shells

@@ -10,7 +10,7 @@ import numpy as np
 
 from supergrep.arrays import cast
 from supergrep.backends import load_backend
-from supergrep.encoder.spec import ModelSpec, resolve_model
+from supergrep.encoder.spec import EncoderSettings, ModelSpec, resolve_model
 from supergrep.encoder.tokenize import Role, RoleTokenizer, _one_line
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,44 @@ def flat_batches(lengths: list[int], batch_tokens: int) -> list[list[int]]:
             batches.append([i])
             total = lengths[i]
     return batches
+
+
+def skip_array(tok: RoleTokenizer, role: Role) -> np.ndarray | None:
+    """The token ids whose vectors a ``role`` input drops (the documents' skiplist), or None."""
+    if role != "document" or not tok.skip_ids:
+        return None
+    return np.fromiter(tok.skip_ids, dtype=np.int64, count=len(tok.skip_ids))
+
+
+def padded_batch(ids: list, role: Role, settings: EncoderSettings,
+                 tok: RoleTokenizer) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One padded forward's inputs for token-id sequences of one role, and which of its output
+    rows are the vectors an index keeps (what every padded encode and `supergrep shrink`'s
+    training read).
+
+    Returns:
+        input_ids (B, L) int64; attention_mask (B, L) int64, 1 = attended; keep (B, L) bool,
+        True = a stored vector (real tokens, expansion tokens included, skiplist tokens not).
+    """
+    expand = role == "query" and settings.query_expansion
+    # With query expansion every query is padded to query_max_tokens with the mask token
+    # (ColBERT): the expansion tokens get vectors too, and the model attends to them only
+    # with attend_to_expansion_tokens.
+    lengths = [settings.query_max_tokens if expand else len(x) for x in ids]
+    width = max(lengths)
+    input_ids = np.full((len(ids), width), tok.mask_id if expand else tok.pad_id, dtype=np.int64)  # (B, L)
+    mask = np.zeros((len(ids), width), dtype=np.int64)  # (B, L)
+    keep = np.zeros((len(ids), width), dtype=bool)  # (B, L)
+    for row, x in enumerate(ids):
+        input_ids[row, :len(x)] = x
+        mask[row, :len(x)] = 1
+        keep[row, :lengths[row]] = True
+    if expand and settings.attend_to_expansion_tokens:
+        mask[:] = 1
+    skip = skip_array(tok, role)
+    if skip is not None:
+        keep &= ~np.isin(input_ids, skip)
+    return input_ids, mask, keep
 
 
 class Encoder:
@@ -123,14 +161,9 @@ class Encoder:
         """``_encode`` after tokenisation: ``ids`` one token-id sequence per input (with the role's
         special tokens; ``bench encode`` feeds synthetic ones)."""
         settings = self.spec.settings
-        tok = self.tokenizer
         expand = role == "query" and settings.query_expansion
-        # With query expansion every query is padded to query_max_tokens with the mask token
-        # (ColBERT): the expansion tokens get vectors too, and the model attends to them only
-        # with attend_to_expansion_tokens.
         lengths = [settings.query_max_tokens if expand else len(x) for x in ids]
-        skip = (np.fromiter(tok.skip_ids, dtype=np.int64, count=len(tok.skip_ids))
-                if role == "document" and tok.skip_ids else None)
+        skip = skip_array(self.tokenizer, role)
         out: list[np.ndarray] = [np.zeros((0, self.dim), np.float32)] * len(ids)
         if role == "document" and getattr(self.backend, "varlen", False):
             try:
@@ -141,22 +174,10 @@ class Encoder:
                             failed.reason)
                 self.backend.varlen = False
         for batch in length_batches(lengths, self.batch_tokens):
-            width = max(lengths[i] for i in batch)
-            fill = tok.mask_id if expand else tok.pad_id
-            input_ids = np.full((len(batch), width), fill, dtype=np.int64)  # (B, L)
-            mask = np.zeros((len(batch), width), dtype=np.int64)  # (B, L), 1 = attended
-            for row, i in enumerate(batch):
-                n = len(ids[i])
-                input_ids[row, :n] = ids[i]
-                mask[row, :n] = 1
-            if expand and settings.attend_to_expansion_tokens:
-                mask[:] = 1
+            input_ids, mask, keep = padded_batch([ids[i] for i in batch], role, settings, self.tokenizer)
             vecs = self.backend.forward(input_ids, mask)  # (B, L, dim)
             for row, i in enumerate(batch):
-                v = vecs[row, :lengths[i]]
-                if skip is not None:
-                    v = v[~np.isin(input_ids[row, :lengths[i]], skip)]
-                out[i] = np.ascontiguousarray(v, dtype=np.float32)
+                out[i] = np.ascontiguousarray(vecs[row][keep[row]], dtype=np.float32)
             if progress is not None:
                 progress(len(batch))
         return out

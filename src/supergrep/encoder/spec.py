@@ -144,6 +144,16 @@ class DenseSpec:
 
 
 @dataclass(frozen=True)
+class LayerSubset:
+    """A layer-dropped student (`supergrep shrink`): which of the base's encoder layers it keeps,
+    in order, and the file holding their trained weights (the rest comes from the base)."""
+
+    keep: tuple[int, ...]  # indices into the base's layers, increasing
+    of: int  # the base's layer count (a different base is refused)
+    file: Path  # safetensors: the kept layers' parameters, renumbered 0..len(keep)-1
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """Everything needed to load a model, without loading it.
 
@@ -171,6 +181,8 @@ class ModelSpec:
             set only when its vectors matched that model's within tolerance (per-token cosine,
             measured when it was written): indexes of either can be searched with the other.
         form: How the weights are stored and run: "fp32", "q8g64", "onnx-fp32", "onnx-int8", ...
+        layers: Only these encoder layers of the base, with their weights from ``layers.file``
+            (`supergrep shrink`); None keeps every layer.
     """
 
     name: str
@@ -189,6 +201,7 @@ class ModelSpec:
     tokenizer_meta: dict | None = None
     source_fingerprint: str | None = None
     form: str = "fp32"
+    layers: LayerSubset | None = None
 
     @property
     def dim(self) -> int:
@@ -214,6 +227,8 @@ class ModelSpec:
                 f"the model directory is incomplete (copy it again)"
             )
         files += [d.weight_file() for d in self.dense]
+        if self.layers is not None:
+            files.append(self.layers.file)
         if self.adapter is not None:
             files.append(self.adapter / "adapter_model.safetensors")
             files.append(self.adapter / "adapter_config.json")
@@ -232,6 +247,8 @@ class ModelSpec:
         h.update(json.dumps(self.settings.to_dict(), sort_keys=True).encode())
         h.update(json.dumps([(d.in_features, d.out_features, d.bias, d.activation, d.residual)
                              for d in self.dense]).encode())
+        if self.layers is not None:  # only then: every other model keeps its fingerprint
+            h.update(f"layers:{list(self.layers.keep)}/{self.layers.of}".encode())
         return h.hexdigest()
 
 
@@ -496,10 +513,92 @@ def _from_supergrep(path: Path) -> ModelSpec:
                 raise ModelError(f"{where}: adapter directory {adapter} has no {name}")
     settings = EncoderSettings.from_dict(data.get("settings", {}), str(where), base=base_spec.settings)
     extra = _deployment_keys(data, path, where, has_adapter=adapter is not None)
+    if data.get("layers") is not None:
+        if "quantization" in extra or "onnx_file" in extra:
+            raise ModelError(f"{where}: has 'layers' and a quantized or exported form; a model directory holds one")
+        extra["layers"] = _layer_subset(data["layers"], path, where, base_spec)
     return dataclasses.replace(
         base_spec, name=str(data.get("name") or path.name), path=path, layout="supergrep",
         dense=tuple(dense), settings=settings, adapter=adapter, **extra,
     )
+
+
+def layer_count(transformer_path: Path) -> int | None:
+    """How many encoder layers ``config.json`` declares (BERT family: num_hidden_layers; T5:
+    num_layers); None when it names neither."""
+    cfg = _read_json(transformer_path / "config.json")
+    for key in ("num_hidden_layers", "num_layers"):
+        n = cfg.get(key) if isinstance(cfg, dict) else None
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            return n
+    return None
+
+
+def write_config(spec: ModelSpec, directory: Path) -> None:
+    """Copy the transformer's config.json into ``directory``, with the layer count of a
+    layer-dropped model (what a quantized or exported copy of it holds)."""
+    import shutil
+
+    src = spec.transformer_path / "config.json"
+    if spec.layers is None:
+        shutil.copy2(src, directory / "config.json")  # byte for byte: the fingerprint hashes it
+        return
+    cfg = _read_json(src)
+    for key in ("num_hidden_layers", "num_layers"):
+        if isinstance(cfg, dict) and key in cfg:
+            cfg[key] = len(spec.layers.keep)
+    (directory / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+
+
+def layer_list_problem(keep: list, n: int) -> str | None:
+    """What is wrong with ``keep`` as a choice of layers of an ``n``-layer model, or None.
+
+    >>> layer_list_problem([0, 2, 4], 6) is None
+    True
+    >>> layer_list_problem([0, 2, 2], 6)
+    'layer 2 is listed twice'
+    >>> layer_list_problem([1, 6], 6)
+    'layer 6 does not exist: the model has layers 0-5'
+    """
+    if not keep:
+        return "no layers listed; name at least one (e.g. 0,2,4)"
+    for i in keep:
+        if not isinstance(i, int) or isinstance(i, bool):
+            return f"{i!r} is not a layer index (integers 0-{n - 1})"
+        if not 0 <= i < n:
+            return f"layer {i} does not exist: the model has layers 0-{n - 1}"
+    dup = next((i for i in keep if keep.count(i) > 1), None)
+    if dup is not None:
+        return f"layer {dup} is listed twice"
+    if list(keep) != sorted(keep):
+        return f"layers {','.join(map(str, keep))} are not in increasing order (a student keeps the base's order)"
+    if len(keep) == n:
+        return f"all {n} layers listed: nothing to drop"
+    return None
+
+
+def _layer_subset(value, path: Path, where: Path, base: ModelSpec) -> LayerSubset:
+    """``"layers": {"keep": [0, 2, 4], "of": 6, "file": "layers.safetensors"}`` (`supergrep shrink`)."""
+    if not isinstance(value, dict) or not isinstance(value.get("keep"), list) or not value.get("file"):
+        raise ModelError(f"{where}: 'layers' needs 'keep' (a list of layer indices) and 'file' "
+                         f"(written by `supergrep shrink`)")
+    if base.layers is not None or base.adapter is not None or base.quantization is not None \
+            or base.onnx_file is not None:
+        raise ModelError(f"{where}: the base of a layer-dropped model must be a plain float model, "
+                         f"not {base.path} (shrink the original model)")
+    n = layer_count(base.transformer_path)
+    if n is None:
+        raise ModelError(f"{where}: the base {base.transformer_path} declares no layer count in config.json")
+    if value.get("of", n) != n:
+        raise ModelError(f"{where}: made from a {value.get('of')}-layer model, but the base {base.path} has "
+                         f"{n} layers; point 'base' at the model it was shrunk from")
+    problem = layer_list_problem(value["keep"], n)
+    if problem:
+        raise ModelError(f"{where}: 'layers': {problem}")
+    file = path / str(value["file"])
+    if not file.is_file():
+        raise ModelError(f"{where}: the layer weights {file} are missing; run `supergrep shrink` again")
+    return LayerSubset(tuple(value["keep"]), n, file)
 
 
 def _deployment_keys(data: dict, path: Path, where: Path, has_adapter: bool) -> dict:

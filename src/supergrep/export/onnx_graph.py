@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from supergrep import __version__
-from supergrep.encoder.spec import SPEC_FILE, VECTOR_FILES, ModelSpec, resolve_model
+from supergrep.encoder.spec import SPEC_FILE, VECTOR_FILES, ModelSpec, resolve_model, write_config
 from supergrep.errors import ModelError, UsageError
 
 log = logging.getLogger(__name__)
@@ -131,6 +131,7 @@ def _copy_tokenizer(spec: ModelSpec, directory: Path) -> dict | None:
         src = spec.transformer_path / name
         if src.is_file():
             shutil.copy2(src, directory / name)
+    write_config(spec, directory)  # a layer-dropped model's count of layers
     rt = RoleTokenizer(spec)
     tok = rt.tok
     fast = getattr(tok, "backend_tokenizer", None)

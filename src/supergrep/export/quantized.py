@@ -23,7 +23,7 @@ from pathlib import Path
 
 from supergrep import __version__
 from supergrep.backends.quant import QUANT_FILE, QuantParams, quantize
-from supergrep.encoder.spec import SPEC_FILE, VECTOR_FILES, ModelSpec, resolve_model
+from supergrep.encoder.spec import SPEC_FILE, VECTOR_FILES, ModelSpec, resolve_model, write_config
 from supergrep.errors import UsageError
 
 TOKENIZER_FILES = tuple(f for f in VECTOR_FILES if f != "config.json")
@@ -198,7 +198,7 @@ def quantize_model(model_dir: Path | str, output: Path | str, bits: int = 8, gro
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     save_file(tensors, str(tmp / QUANT_FILE), metadata={"format": "supergrep-groupwise-1"})
-    shutil.copy2(spec.transformer_path / "config.json", tmp / "config.json")
+    write_config(spec, tmp)  # a layer-dropped model's count of layers
     for name in TOKENIZER_FILES:
         src = spec.transformer_path / name
         if src.is_file():
