@@ -34,7 +34,7 @@ _VALUE_OPTIONS = {
 }
 # supergrep.encoder.named.MODEL_NAMES, repeated so this module imports nothing of supergrep's
 # (tests/encoder/test_named.py checks they agree). A name is sent as is; the daemon resolves it.
-MODEL_NAMES = ("minilm", "mpnet")
+MODEL_NAMES = ("minilm", "minilm-l3", "mpnet")
 _FLAGS = {"--json": "json", "--auto": "auto", "--no-index": "no_index"}
 _REPEATABLE = ("types", "excludes")
 

@@ -155,7 +155,7 @@ def test_minilm_is_the_default_model():
 def test_unknown_name_and_missing_packages_are_one_line_errors(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     r = run_main(["index", str(tmp_path), "--model", "mpnett"])
-    assert r.exit_code == 2 and "model name 'mpnett'" in r.output and "minilm, mpnet" in r.output
+    assert r.exit_code == 2 and "model name 'mpnett'" in r.output and "minilm, minilm-l3, mpnet" in r.output
     sz = dataclasses.replace(named.MPNET_PARTS, packages=("supergrep-no-such-part-001", "supergrep-no-such-part-002"))
     monkeypatch.setitem(named.MODELS, "mpnet", dataclasses.replace(named.MODELS["mpnet"], split_zip=sz))
     r = run_main(["index", str(tmp_path), "--model", "mpnet"])
@@ -168,11 +168,11 @@ def test_unknown_name_and_missing_packages_are_one_line_errors(monkeypatch, tmp_
 def test_models_command_lists_and_installs(fake_mpnet):
     r = run_main(["models", "--json"])
     rows = [json.loads(x) for x in r.output.splitlines()]
-    assert [(x["name"], x["installed"]) for x in rows] == [("minilm", True), ("mpnet", False)]
+    assert [(x["name"], x["installed"]) for x in rows] == [("minilm", True), ("minilm-l3", True), ("mpnet", False)]
     r = run_main(["models", "install", "mpnet"])
     assert r.exit_code == 0 and "tiny-mpnet" in r.output
     rows = [json.loads(x) for x in run_main(["models", "--json"]).output.splitlines()]
-    assert rows[1]["installed"] and rows[1]["path"].endswith("tiny-mpnet")
+    assert rows[2]["installed"] and rows[2]["path"].endswith("tiny-mpnet")
 
 
 def test_index_and_search_by_name(fake_mpnet, sample_project):
@@ -214,3 +214,30 @@ def test_auto_runs_a_named_model_as_int8_onnx_on_a_cpu(fake_mpnet, tmp_path):
     assert backend == "onnx" and got.form == "onnx-int8" and got.source_fingerprint == spec.fingerprint()
     copy = shutil.copytree(spec.path, tmp_path / "copy")
     assert common.choose_backend(resolve_model(copy), cfg)[1] == "torch"
+
+
+def test_the_fast_model_ships_its_trained_layers():
+    """``minilm-l3``: three of minilm's layers, distilled (supergrep shrink), loaded from this
+    package over the default's weights. Its token vectors are close to minilm's (the layers as
+    dropped, untrained, start at a mean cosine of .52; the shipped ones were trained to .93)."""
+    from supergrep.encoder.encoder import Encoder
+    from supergrep.encoder.spec import resolve_model
+
+    spec = resolve_model("minilm-l3")
+    assert spec.layers is not None and spec.layers.keep == (0, 3, 5) and spec.dim == 384
+    assert spec.fingerprint() != resolve_model("minilm").fingerprint()  # its own indexes
+    texts = ["def parse_config(path):\n    with open(path) as f:\n        return json.load(f)",
+             "class LRUCache:\n    def get(self, key):\n        return self._data.pop(key, None)"]
+    fast = Encoder(spec, device="cpu").encode_documents(texts)
+    full = Encoder(resolve_model("minilm"), device="cpu").encode_documents(texts)
+    cos = np.concatenate([np.sum(a * b, axis=1) for a, b in zip(fast, full, strict=True)])
+    assert cos.mean() > 0.85, cos.mean()
+
+
+def test_the_fast_model_runs_as_int8_onnx_on_a_cpu_by_default():
+    """Its int8 form kept its quality (public hybrid .800 / .852, fp32 .800 / .851: docs/deployment.md),
+    so `auto` runs it as one on a CPU, as it does the other named models."""
+    from supergrep.cli import common
+    from supergrep.encoder.spec import resolve_model
+
+    assert common.runs_int8_on_cpu(resolve_model("minilm-l3"))

@@ -42,7 +42,7 @@ def _group_table(rows: list[dict]) -> str:
               help="A corpus the queries refer to (repeatable).")
 @click.option("--mode", type=click.Choice([*MODES, "all"]), default="all", show_default=True)
 @click.option("--model-path", "--model", "model_paths", multiple=True, type=click.Path(path_type=Path),
-              help="Model name (minilm, mpnet) or directory to evaluate (repeatable: a side-by-side table). "
+              help="Model name (minilm, minilm-l3, mpnet) or directory to evaluate (repeatable: a side-by-side table). "
                    "Default: the default model.")
 @click.option("-t", "--type", "types", multiple=True, type=click.Choice(language_names()),
               help="Only index these languages of each corpus (the public set: python).")

@@ -138,14 +138,14 @@ def runs_int8_on_cpu(spec) -> bool:
     """Whether ``auto`` runs ``spec`` as its int8 ONNX form on a CPU: the named models, however
     given (no --model-path, a name, or their directory), whose int8 forms were measured within
     one point of MRR of fp32 (minilm on the public set; mpnet: public hybrid .866 vs .862, dev
-    .794 vs .801, 1.42x the lines/s; docs/deployment.md), and only them: another model's int8
+    .794 vs .801, 1.42x the lines/s; minilm-l3; docs/deployment.md), and only them: another model's int8
     form is unmeasured."""
-    if spec.layout == "supergrep" or spec.adapter is not None:
-        return False
     from supergrep.encoder.named import MODEL_NAMES, installed_dir
 
     dirs = [d for d in (installed_dir(n) for n in MODEL_NAMES) if d is not None]  # minilm's: the default
-    return Path(spec.path).resolve() in {d.resolve() for d in dirs}
+    if Path(spec.path).resolve() in {d.resolve() for d in dirs}:
+        return spec.adapter is None  # minilm-l3 is in supergrep's layout (its layers over minilm)
+    return False
 
 
 def choose_backend(spec, cfg: Config):

@@ -682,7 +682,10 @@ def _resolve(model_path: str | os.PathLike | None) -> ModelSpec:
 
     if is_model_name(model_path):
         name = os.fspath(model_path)
-        return _from_sentence_transformers(model_dir(name), MODELS[name].title)
+        path = model_dir(name)
+        if (path / SPEC_FILE).is_file():  # shipped in supergrep's layout (minilm-l3: layers over a base)
+            return _from_supergrep(path)
+        return _from_sentence_transformers(path, MODELS[name].title)
     path = Path(model_path).expanduser()
     if not path.is_dir():
         if os.sep not in os.fspath(model_path) and not path.exists():
