@@ -221,8 +221,10 @@ def memory_profile(label: str = "block", device: str | None = None,
                    recorder: MemoryRecorder | None = None) -> Iterator[MemoryRecorder]:
     """Sample memory on entry and exit of a block.
 
-    >>> with memory_profile("alloc") as rec:
-    ...     blob = b"x" * (64 << 20)
+    >>> import mmap
+    >>> with memory_profile("alloc") as rec:  # pages of their own: a heap block could reuse freed pages
+    ...     blob = mmap.mmap(-1, 64 << 20)
+    ...     _ = blob.write(b"x" * (64 << 20))
     >>> [s["label"] for s in rec.samples]
     ['alloc:enter', 'alloc:exit']
     >>> rec.samples[-1]["rss"] - rec.samples[0]["rss"] > 32 << 20
