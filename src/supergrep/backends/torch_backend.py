@@ -360,7 +360,7 @@ class TorchBackend:
         self._flat_tokens = 0
         self._pinned: list = [None, None]  # forward_flat's two host buffers, used in turn
         # ... and its inputs' (ids, cu, pos) two sets, used in turn
-        self._pinned_in: list = [None, None]
+        self._pinned_in: list = [[None] * 3, [None] * 3]
         self._pinned_in_done: list = [None, None]  # each set's upload event
         self._pinned_in_turn = 0
         self.flat_pin_inputs = True  # False: pageable uploads (bench encode's +pageable comparison)
@@ -537,12 +537,9 @@ class TorchBackend:
         bufs = self._pinned_in[turn]
         out = []
         for i, a in enumerate(arrays):
-            buf = bufs[i] if bufs is not None else None
-            if buf is None or buf.numel() < a.size or buf.dtype != _TORCH_DTYPES[a.dtype.type]:
-                buf = torch.empty(max(a.size, 1 << 16), dtype=_TORCH_DTYPES[a.dtype.type], pin_memory=True)
-                bufs = list(bufs) if bufs is not None else [None] * len(arrays)
-                bufs[i] = buf
-                self._pinned_in[self._pinned_in_turn] = bufs
+            buf, dtype = bufs[i], _TORCH_DTYPES[a.dtype.type]
+            if buf is None or buf.numel() < a.size or buf.dtype != dtype:
+                buf = bufs[i] = torch.empty(max(a.size, 1 << 16), dtype=dtype, pin_memory=True)
             buf[: a.size].numpy()[:] = a.ravel()
             out.append(buf[: a.size].to(self.device, non_blocking=True))
         done = torch.cuda.Event()

@@ -98,3 +98,23 @@ def load_pairs(path: str | Path, split: str | None = None, strict_split: bool = 
                           tuple(_negative(n, where) for n in negs), str(obj.get("docstring", "") or ""),
                           _teacher_scores(obj.get("teacher_scores"), len(negs), where)))
     return pairs
+
+
+def train_val_split(rows: list[Pair], seed: int, val_pairs: int, n_pairs: int = 0) -> tuple[list[Pair], list[Pair]]:
+    """(train, held-out) rows, each shuffled with ``seed``: rows with split "val" are held out
+    (at most ``val_pairs``); a file with none holds out the end of the shuffled training rows.
+    ``n_pairs`` > 0 keeps that many training rows (0: all)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    train = [p for p in rows if p.split in ("train", "")]
+    val = [p for p in rows if p.split == "val"]
+    train = [train[i] for i in rng.permutation(len(train))]
+    if not val:  # no split in the file: hold out the end of the shuffle
+        val, train = train[-val_pairs:], train[:-val_pairs]
+    val = [val[i] for i in rng.permutation(len(val))][:val_pairs]
+    if n_pairs:
+        train = train[:n_pairs]
+    return train, val
+
+

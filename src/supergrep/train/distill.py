@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from supergrep.corpus.documents import Pair, load_pairs
+from supergrep.corpus.documents import Pair, load_pairs, train_val_split
 from supergrep.encoder.spec import SPEC_FILE, ModelSpec, default_model_dir, resolve_model
 from supergrep.errors import InputError, UsageError
 from supergrep.train.losses.maxsim import maxsim_scores
@@ -93,15 +93,7 @@ class DistillReport:
 
 
 def _sample(cfg: DistillConfig) -> tuple[list[Pair], list[Pair]]:
-    rows = load_pairs(cfg.pairs)
-    rng = np.random.default_rng(cfg.seed)
-    train = [p for p in rows if p.split in ("train", "")]
-    val = [p for p in rows if p.split == "val"]
-    train = [train[i] for i in rng.permutation(len(train))]
-    if not val:  # no split in the file: hold out the end of the shuffle
-        val, train = train[-cfg.val_pairs:], train[: -cfg.val_pairs]
-    val = [val[i] for i in rng.permutation(len(val))][: cfg.val_pairs]
-    train = train[: cfg.n_pairs]
+    train, val = train_val_split(load_pairs(cfg.pairs), cfg.seed, cfg.val_pairs, cfg.n_pairs)
     if len(train) < cfg.top_k + 1 or len(val) < 11:
         raise InputError(f"{cfg.pairs}: {len(train)} training and {len(val)} validation pairs; distill needs at "
                          f"least top_k + 1 = {cfg.top_k + 1} and 11")

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from supergrep.corpus.documents import Pair, load_pairs
+from supergrep.corpus.documents import Pair, load_pairs, train_val_split
 from supergrep.encoder.encoder import length_batches, padded_batch
 from supergrep.encoder.spec import (
     SPEC_FILE,
@@ -137,16 +137,7 @@ def parse_layers(text: str, n: int | None = None) -> tuple[int, ...]:
 
 
 def _sample(cfg: ShrinkConfig) -> tuple[list[Pair], list[Pair]]:
-    rows = load_pairs(cfg.pairs)
-    rng = np.random.default_rng(cfg.seed)
-    train = [p for p in rows if p.split in ("train", "")]
-    val = [p for p in rows if p.split == "val"]
-    train = [train[i] for i in rng.permutation(len(train))]
-    if not val:  # no split in the file: hold out the end of the shuffle
-        val, train = train[-cfg.val_pairs:], train[: -cfg.val_pairs]
-    val = [val[i] for i in rng.permutation(len(val))][: cfg.val_pairs]
-    if cfg.n_pairs:
-        train = train[: cfg.n_pairs]
+    train, val = train_val_split(load_pairs(cfg.pairs), cfg.seed, cfg.val_pairs, cfg.n_pairs)
     if len(train) < 2 or len(val) < 11:
         raise InputError(f"{cfg.pairs}: {len(train)} training and {len(val)} validation pairs; shrink needs at "
                          f"least 2 and 11 (rows with split 'val' are held out)")
