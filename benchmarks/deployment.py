@@ -61,6 +61,9 @@ FORMS = {
     "onnx-int8-all": ("export onnx --int8 --layers encoder.layer.*.output.dense=8", "onnx", "float16"),
     "torch-fp32+int8vec": ("", "torch", "int8"),
     "onnx-int8+int8vec": ("export onnx --int8", "onnx", "int8"),
+    # A --model NAME=DIR that is already an ONNX export, run as it is (e.g. an older export
+    # against a new one: `--model old=DIR --forms old:onnx-dir,onnx-int8`).
+    "onnx-dir": ("", "onnx", "float16"),
 }
 
 
@@ -87,8 +90,12 @@ def build_forms(workdir: Path, names: list[str], models: dict[str, Path]) -> dic
             continue
         target = (workdir / model if model else workdir) / form.split("+")[0]  # "+int8vec" shares its model's
         meta = target / "supergrep_model.json"
-        built_from = json.loads(meta.read_text()).get("source", {}).get("fingerprint") if meta.is_file() else None
-        if built_from != resolve_model(src).fingerprint():
+        from supergrep.export.onnx_graph import EXPORT_RECIPE
+
+        info = json.loads(meta.read_text()) if meta.is_file() else {}
+        built_from = info.get("source", {}).get("fingerprint")
+        stale = "onnx" in info and info["onnx"].get("recipe", 1) != EXPORT_RECIPE  # an older export recipe
+        if built_from != resolve_model(src).fingerprint() or stale:
             cmd = [exe, *how.split(), str(src), "-o", str(target), "--force"]
             print(f"building {name}: {' '.join(cmd[1:])}", file=sys.stderr)
             subprocess.run(cmd, check=True)

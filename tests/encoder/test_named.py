@@ -241,3 +241,48 @@ def test_the_fast_model_runs_as_int8_onnx_on_a_cpu_by_default():
     from supergrep.encoder.spec import resolve_model
 
     assert common.runs_int8_on_cpu(resolve_model("minilm-l3"))
+
+
+def test_a_cpu_defaults_to_the_fast_model_and_a_gpu_to_minilm(monkeypatch):
+    """No --model: minilm-l3 where the CPU encodes (within a point of minilm's public MRR, ~2x
+    its lines/s), minilm where a GPU does; $SUPERGREP_MODEL wins over both."""
+    assert named.default_model("cpu") == "minilm-l3"
+    assert named.default_model("cuda") is None and named.default_model("cuda:1") is None
+    assert named.default_model("mps") is None
+    monkeypatch.setenv("SUPERGREP_MODEL", "/some/model")
+    assert named.default_model("cpu") is None
+
+
+def test_an_index_is_traced_back_to_the_model_that_built_it(tmp_path):
+    """A manifest's model record maps to the named model whose float weights made its vectors,
+    also when it was built through a cached ONNX form (the float model is a compatible one)."""
+    from supergrep.encoder.spec import resolve_model
+
+    minilm, fast = resolve_model("minilm").fingerprint(), resolve_model("minilm-l3").fingerprint()
+    assert named.model_of_index({"fingerprint": fast}) == "minilm-l3"
+    assert named.model_of_index({"fingerprint": "0" * 64, "compatible": [minilm], "path": "/gone"}) == "minilm"
+    assert named.model_of_index({"fingerprint": "0" * 64, "path": str(tmp_path)}) == str(tmp_path)
+    assert named.model_of_index({"fingerprint": "0" * 64, "path": str(tmp_path / "gone")}) is None
+
+
+def test_an_index_keeps_its_model_until_forced(sample_project):
+    """Without --model, `search` and `index` use the model the index was built with (not the
+    machine's default), so an index built elsewhere or before a default changed keeps working;
+    `index --force` rebuilds with the default (minilm-l3 on this CPU-only machine)."""
+    def model_name() -> str:
+        r = run_main(["status", str(sample_project), "--json"])
+        return json.loads(r.output)["model"]["name"]
+
+    def ok(*args: str):
+        r = run_main([*args, "--backend", "torch", "--device", "cpu"])
+        assert r.exit_code == 0, r.output
+        return r
+
+    ok("index", str(sample_project), "--model", "minilm")
+    built = model_name()
+    ok("search", "hash the password", str(sample_project), "--direct", "--json")  # no mismatch
+    ok("index", str(sample_project))  # incremental: keeps minilm
+    assert model_name() == built
+    ok("index", str(sample_project), "--force")
+    assert built == "all-MiniLM-L6-v2" and model_name() == "minilm-l3"
+    ok("search", "hash the password", str(sample_project), "--direct", "--json")

@@ -21,6 +21,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+# onnxruntime's own fusions whose CPU kernels run slower than the ops they replace (1.32, 2 cores:
+# SkipLayerNormalization 3.4x slower than Add + LayerNormalization, BiasGelu than Add + Gelu);
+# the export leaves them unfused for the same reason (export/onnx_graph.py, _optimize).
+SLOW_FUSIONS = ["SkipLayerNormFusion", "BiasGeluFusion"]
+
+
 class OnnxBackend:
     name = "onnx"
 
@@ -46,7 +52,8 @@ class OnnxBackend:
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         so.log_severity_level = 3
         try:
-            self.session = ort.InferenceSession(str(spec.onnx_file), so, providers=["CPUExecutionProvider"])
+            self.session = ort.InferenceSession(str(spec.onnx_file), so, providers=["CPUExecutionProvider"],
+                                                disabled_optimizers=SLOW_FUSIONS)
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
             first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
             raise ModelError(f"{spec.onnx_file}: onnxruntime cannot load it ({first}); export the "

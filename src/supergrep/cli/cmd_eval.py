@@ -71,7 +71,10 @@ def eval_cmd(queries_path: Path, corpora: tuple[str, ...], mode: str, model_path
     if types:
         cfg.walk.languages = list(types)
     modes = list(MODES) if mode == "all" else [mode]
-    specs = [resolve_model(p) for p in (model_paths or [None])]  # fail fast on a bad path
+    from supergrep.encoder.named import default_model
+
+    # no --model-path: the default model of the device that encodes (minilm-l3 on a CPU)
+    specs = [resolve_model(p) for p in (model_paths or [default_model(cfg.encode.device)])]  # fail fast
 
     def factory(spec):
         return lambda: make_encoder(spec, cfg)
@@ -83,7 +86,7 @@ def eval_cmd(queries_path: Path, corpora: tuple[str, ...], mode: str, model_path
     # Two model directories with the same model name (two checkpoints of one run, say) would pool
     # their results into one row: label every model by its path then.
     names = [s.name for s in specs]
-    labels = [f"{n} ({p})" if names.count(n) > 1 else n for n, p in zip(names, model_paths or [None], strict=True)]
+    labels = [f"{n} ({p})" if names.count(n) > 1 else n for n, p in zip(names, model_paths or [specs[0].path], strict=True)]
     results = run_eval(queries, named, [factory(s) for s in specs], modes, cfg, on_index=announce, auto=auto,
                        labels=labels)
     rows = summary_rows(results)

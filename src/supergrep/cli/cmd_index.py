@@ -42,7 +42,7 @@ def run_index(opts: Options, root, force: bool = False, quiet: bool = False, sto
     cfg = opts.config(root)
     index = opts.index(root)
     store_options(cfg, index, root, force, store, vector_dtype)
-    encoder = opts.encoder(cfg)
+    encoder = opts.encoder(cfg, None if force else index)  # an index keeps its model unless --force
     report = update_index(index, encoder, cfg, force=force, progress=BarProgress())
     if report.skipped and not quiet:
         parts = ", ".join(f"{n} {why}" for why, n in sorted(report.skipped.items()))
@@ -140,7 +140,7 @@ def run_index_distributed(opts: Options, root: Path, force: bool, world, quiet: 
     if cfg.encode.device == "cpu" and not cfg.encode.threads:
         cfg.encode.threads = max(1, (os.cpu_count() or 1) // world.size)
     coll = TorchCollective(world, "cpu")  # gloo: texts and NumPy vectors travel between host memories
-    encoder = opts.encoder(cfg)
+    encoder = opts.encoder(cfg, None if force else opts.index(root))
     if not world.is_main:
         serve(encoder, coll)
         coll.close()

@@ -100,7 +100,7 @@ def search_cmd(query: str, path: str | None, limit: int | None, types: tuple[str
 
         click.echo(f"supergrep: indexing {root} first (`supergrep index` keeps it current)", err=True)
         index, encoder, _ = run_index(opts, root, quiet=as_json)
-    searcher = Searcher(index, encoder or (lambda: opts.encoder(cfg)), cfg.search)
+    searcher = Searcher(index, encoder or (lambda: opts.encoder(cfg, index)), cfg.search)
     filters = SearchFilters(languages=list(types), path_prefix=sub, exclude_globs=list(excludes))
     hits = searcher.search(query, mode=mode, limit=limit, filters=filters, auto=auto)
     if as_json:

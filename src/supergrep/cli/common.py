@@ -5,8 +5,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import logging
-import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +12,10 @@ from typing import Any
 import click
 
 from supergrep.config import Config, load_config
+from supergrep.encoder.named import cpu_only
 from supergrep.errors import UsageError
+
+__all__ = ["Options", "choose_backend", "common_options", "cpu_only", "make_encoder"]
 
 BACKEND_CHOICES = ("auto", "torch", "mlx", "onnx")
 
@@ -86,10 +87,23 @@ class Options:
             cfg.encode.backend = self.backend
         return cfg
 
-    def encoder(self, cfg: Config):
+    def encoder(self, cfg: Config, index=None):
+        """The Encoder for --model-path; without one, for the model ``index`` was built with
+        (when it exists and that model is here), else for the default model of the device
+        that encodes (``named.default_model``: minilm-l3 on a CPU, minilm on a GPU)."""
+        return make_encoder(self.model_spec(cfg, index), cfg)
+
+    def model_spec(self, cfg: Config, index=None):
+        from supergrep.encoder.named import default_model, model_of_index
         from supergrep.encoder.spec import resolve_model
 
-        return make_encoder(resolve_model(self.model_path), cfg)
+        if self.model_path is not None:
+            return resolve_model(self.model_path)
+        if index is not None and index.exists():
+            built_with = model_of_index(index.manifest.model)
+            if built_with is not None:
+                return resolve_model(built_with)
+        return resolve_model(default_model(cfg.encode.device))
 
     def index(self, root: Path):
         from supergrep.index.project import Index
@@ -123,29 +137,16 @@ def resolve_root(path: str | None, search_up: bool = True) -> Path:
     return find_project_root(Path.cwd()) if search_up else Path.cwd().resolve()
 
 
-def cpu_only(device: str) -> bool:
-    """Whether encoding will run on the CPU, decided without importing torch: --device cpu, or
-    "auto" on a machine with no NVIDIA driver that is not a Mac (MPS)."""
-    device = (device or "auto").strip().lower()
-    if device == "cpu":
-        return True
-    if device != "auto":
-        return False
-    return sys.platform != "darwin" and not os.path.exists("/proc/driver/nvidia/version")
-
-
 def runs_int8_on_cpu(spec) -> bool:
     """Whether ``auto`` runs ``spec`` as its int8 ONNX form on a CPU: the named models, however
     given (no --model-path, a name, or their directory), whose int8 forms were measured within
     one point of MRR of fp32 (minilm on the public set; mpnet: public hybrid .866 vs .862, dev
     .794 vs .801, 1.42x the lines/s; minilm-l3; docs/deployment.md), and only them: another model's int8
     form is unmeasured."""
-    from supergrep.encoder.named import MODEL_NAMES, installed_dir
+    from supergrep.encoder.named import named_model_of
 
-    dirs = [d for d in (installed_dir(n) for n in MODEL_NAMES) if d is not None]  # minilm's: the default
-    if Path(spec.path).resolve() in {d.resolve() for d in dirs}:
-        return spec.adapter is None  # minilm-l3 is in supergrep's layout (its layers over minilm)
-    return False
+    # minilm-l3 is in supergrep's layout (its layers over minilm): no adapter either
+    return named_model_of(spec.path) is not None and spec.adapter is None
 
 
 def choose_backend(spec, cfg: Config):
@@ -171,12 +172,15 @@ def choose_backend(spec, cfg: Config):
     fast_default = (requested == "auto" and DEFAULT_CPU_ONNX and cpu_only(cfg.encode.device)
                     and importlib.util.find_spec("onnxruntime") is not None and runs_int8_on_cpu(spec))
     if requested == "onnx" or fast_default:
+        from supergrep.encoder.named import named_model_of
         from supergrep.export.onnx_graph import cached_export, cached_export_dir
 
-        if requested == "auto" and not (cached_export_dir(spec) / "supergrep_model.json").is_file() \
+        named = named_model_of(spec.path)
+        rules = list(named.cpu_int8_layers) if named is not None else []  # the measured form
+        if requested == "auto" and not (cached_export_dir(spec, rules=rules) / "supergrep_model.json").is_file() \
                 and importlib.util.find_spec("onnx") is None:
             return spec, "torch"  # cannot export here: stay on torch
-        return resolve_model(cached_export(spec)), "onnx"
+        return resolve_model(cached_export(spec, rules=rules)), "onnx"
     if requested == "auto":
         from supergrep.backends.base import resolve_backend
 

@@ -34,6 +34,7 @@ from supergrep.corpus.walk import WalkRequired
 from supergrep.daemon import registry
 from supergrep.daemon.protocol import error
 from supergrep.encoder.encoder import Encoder
+from supergrep.encoder.named import default_model, model_of_index
 from supergrep.encoder.spec import ModelSpec, resolve_model
 from supergrep.errors import (
     IndexBusyError,
@@ -350,7 +351,7 @@ class Engine:
         cached = self._specs.get(key)
         if cached is not None and now - cached[0] < 5.0:
             return cached[1], cached[2]
-        spec = resolve_model(model_path)
+        spec = resolve_model(model_path or default_model(self.cfg.encode.device))
         fingerprint = spec.fingerprint()  # file hashes are cached by size + mtime: cheap again
         self._specs[key] = (now, spec, fingerprint)
         return spec, fingerprint
@@ -486,8 +487,7 @@ class Engine:
             m = Manifest.read(p.dir)
         except IndexCorruptError:
             return None
-        path = (m.model.get("path") if m else None) or None
-        return path if path and Path(path).is_dir() else None
+        return model_of_index(m.model) if m else None
 
     def _update_logged(self, p: Project, paths: set[str], walk: bool, rebuild: bool) -> None:
         """A background update: every failure is logged and kept in the project's status."""
@@ -665,8 +665,8 @@ class Engine:
         encoders: list[SharedEncoder] = []
         t_ready = t0
 
-        def load() -> SharedEncoder:
-            encoders.append(self.encoder(model_path))
+        def load() -> SharedEncoder:  # no --model: the one the index was built with
+            encoders.append(self.encoder(model_path or self._model_for(p)))
             return encoders[-1]
 
         try:

