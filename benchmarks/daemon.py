@@ -196,8 +196,10 @@ def cmd_latency(args) -> dict:
 
 def split_in_process(root: Path, qs: list[str], runs: int, cache_bytes: int) -> dict:
     """Where a warm search spends its time, piece by piece (what the daemon does per request)."""
+    from supergrep.cli.common import make_encoder
     from supergrep.config import load_config
-    from supergrep.encoder import Encoder
+    from supergrep.encoder.named import model_of_index
+    from supergrep.encoder.spec import resolve_model
     from supergrep.index.project import Index
     from supergrep.index.render import format_hits
     from supergrep.index.search import Searcher
@@ -205,7 +207,8 @@ def split_in_process(root: Path, qs: list[str], runs: int, cache_bytes: int) -> 
     cfg = load_config(root)
     index = Index(root, cache_bytes=max(cache_bytes, 1))
     index.store.warm(index.conn)
-    enc = Encoder(device="cpu")
+    cfg.encode.device = "cpu"
+    enc = make_encoder(resolve_model(model_of_index(index.manifest.model)), cfg)  # as the daemon loads it
     searcher = Searcher(index, enc, cfg.search)
     parts: dict[str, list[float]] = {}
 

@@ -426,6 +426,25 @@ def test_blocked_exact_scores_equal_maxsim_over_the_decoded_vectors(tmp_path, da
     q = queries_from(docs, np.random.default_rng(9), n=1)[0]
     pick = [5, 1, 399, 42, 17, 300]
     np.testing.assert_allclose(s.score(conn, q, pick), [maxsim(q, dec[i]) for i in pick], rtol=1e-5)
+    # the same with every other block on the re-rank helper thread (the default for >= 4,096 tokens)
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from supergrep.index import compressed
+
+    seen = set()
+    real = CompressedStore._score_blocks
+
+    def spy(self, blocks, *rest):
+        seen.add(threading.current_thread().name)
+        return real(self, blocks, *rest)
+
+    monkeypatch.setattr(CompressedStore, "_score_blocks", spy)
+    monkeypatch.setattr(CompressedStore, "PARALLEL_MIN_TOKENS", 0)
+    with ThreadPoolExecutor(1) as pool:
+        monkeypatch.setattr(compressed, "_rerank_pool", lambda: pool)
+        np.testing.assert_allclose(s.score(conn, q, pick), [maxsim(q, dec[i]) for i in pick], rtol=1e-5)
+    assert len(seen) == 2  # this thread and the helper
 
 
 def test_exact_scores_with_more_than_256_residual_bytes(tmp_path):
