@@ -124,7 +124,13 @@ def _project(x, w, torch):
     return torch.nn.functional.normalize(x @ w.T, dim=-1)
 
 
-def _ranking(scores, teacher) -> Ranking:
+def ranking(scores: np.ndarray, teacher: np.ndarray) -> Ranking:
+    """The positive's (the diagonal's) MRR and P@1 in ``scores`` (n_q, n_d), and the top-10
+    overlap with the teacher's ranking, mean over queries (also `supergrep shrink`'s measure).
+
+    >>> ranking(np.array([[0.9, 0.1], [0.8, 0.5]]), np.array([[0.9, 0.1], [0.1, 0.5]]))
+    Ranking(mrr=0.75, p_at_1=0.5, agreement_at_10=1.0)
+    """
     n = scores.shape[0]
     idx = np.arange(n)
     rank = (scores > scores[idx, idx][:, None]).sum(1)
@@ -209,12 +215,12 @@ def distill_projection(cfg: DistillConfig, progress: Callable[[str], None] | Non
     def evaluate(w) -> Ranking:
         with torch.no_grad():
             s = maxsim_scores(ops, _project(vq, w, torch), vqm, _project(vd, w, torch), vdm)
-        return _ranking(s.cpu().numpy(), val_teacher.cpu().numpy())
+        return ranking(s.cpu().numpy(), val_teacher.cpu().numpy())
 
     report = DistillReport(output=str(cfg.output), base=spec.name, in_dim=spec.dim, dim=cfg.dim,
                            train_pairs=len(train), val_pairs=len(val), seconds_encode=round(t_encode, 1),
                            seconds_teacher=round(t_teacher, 1), seconds_train=0.0, device=str(device))
-    report.teacher = _ranking(val_teacher.cpu().numpy(), val_teacher.cpu().numpy())
+    report.teacher = ranking(val_teacher.cpu().numpy(), val_teacher.cpu().numpy())
     report.pca = evaluate(w0)
     say(f"held-out pools: teacher MRR {report.teacher.mrr:.3f}, PCA start MRR {report.pca.mrr:.3f} "
         f"(top-10 agreement {report.pca.agreement_at_10:.3f})")

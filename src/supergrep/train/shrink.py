@@ -51,6 +51,7 @@ from supergrep.encoder.spec import (
 )
 from supergrep.encoder.tokenize import RoleTokenizer
 from supergrep.errors import InputError, ModelError, UsageError
+from supergrep.train.distill import ranking as distill_ranking
 from supergrep.train.losses.maxsim import maxsim_scores
 
 log = logging.getLogger(__name__)
@@ -339,20 +340,12 @@ def _r(x, digits: int = 4) -> float:
 
 
 def ranking(scores: np.ndarray, teacher: np.ndarray) -> dict:
-    """The positive's (the diagonal's) MRR and P@1 in ``scores`` (n_q, n_d), and the top-10
-    overlap with the teacher's ranking, mean over queries.
+    """``distill.ranking`` as a dict (the report's JSON form).
 
     >>> ranking(np.array([[0.9, 0.1], [0.8, 0.5]]), np.array([[0.9, 0.1], [0.1, 0.5]]))
     {'mrr': 0.75, 'p_at_1': 0.5, 'agreement_at_10': 1.0}
     """
-    n = scores.shape[0]
-    idx = np.arange(n)
-    rank = (scores > scores[idx, idx][:, None]).sum(1)
-    k = min(10, scores.shape[1])
-    top_s = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-    top_t = np.argsort(-teacher, axis=1, kind="stable")[:, :k]
-    agree = np.mean([len(set(a.tolist()) & set(b.tolist())) / k for a, b in zip(top_s, top_t, strict=True)])
-    return {"mrr": _r(np.mean(1.0 / (rank + 1))), "p_at_1": _r(np.mean(rank == 0)), "agreement_at_10": _r(agree)}
+    return asdict(distill_ranking(scores, teacher))
 
 
 def _batches(lengths: list[int], size: int, gen) -> Iterator[list[int]]:
