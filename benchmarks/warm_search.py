@@ -24,6 +24,7 @@ import numpy as np  # noqa: E402
 
 from supergrep.cli.common import make_encoder  # noqa: E402
 from supergrep.config import load_config  # noqa: E402
+from supergrep.encoder.named import model_of_index  # noqa: E402
 from supergrep.encoder.spec import resolve_model  # noqa: E402
 from supergrep.index.project import Index  # noqa: E402
 from supergrep.index.search import Searcher  # noqa: E402
@@ -34,13 +35,15 @@ def main() -> None:
     ap.add_argument("--root", required=True, type=Path, help="an indexed project")
     ap.add_argument("--mode", default="hybrid", choices=("semantic", "lexical", "hybrid"))
     ap.add_argument("--runs", type=int, default=2, help="passes over the queries")
-    ap.add_argument("--model-path", default=None)
+    ap.add_argument("--model-path", default=None, help="default: the model the index was built with")
     ap.add_argument("--profile", action="store_true", help="one more pass under cProfile (top 25 by own time)")
     args = ap.parse_args()
 
     cfg = load_config(args.root, None)
-    enc = make_encoder(resolve_model(args.model_path), cfg)
-    searcher = Searcher(Index(args.root, None), enc, cfg.search)
+    index = Index(args.root, None)
+    cfg.encode.device = "cpu"
+    enc = make_encoder(resolve_model(args.model_path or model_of_index(index.manifest.model)), cfg)  # as the daemon loads it
+    searcher = Searcher(index, enc, cfg.search)
     queries = [json.loads(line)["query"] for line in open("eval/public/queries.jsonl")]
     for q in queries[:5]:
         searcher.search(q, mode=args.mode)
@@ -65,7 +68,7 @@ def main() -> None:
             searcher.search(q, mode=args.mode)
         prof.disable()
         print(f"cProfile over {len(queries)} searches:")
-        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+        pstats.Stats(prof).sort_stats(os.environ.get("SORT", "tottime")).print_stats(int(os.environ.get("TOP", "25")))
 
 
 if __name__ == "__main__":

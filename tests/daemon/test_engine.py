@@ -254,3 +254,30 @@ def test_models_load_through_the_injected_loader(indexed, tiny_model):
     assert e.handle({**req, "mode": "semantic"})["ok"]
     assert e.handle({**req, "mode": "hybrid"})["ok"]
     assert len(calls) == 1 and str(calls[0][0]) == str(tiny_model)  # loaded once, then kept warm
+
+
+def test_without_a_model_the_index_model_is_used_and_followed_across_rebuilds(indexed, tiny_model,
+                                                                               tiny_bert_factory, tmp_path):
+    """No --model: the daemon loads the model the index was built with (remembered per manifest),
+    and a rebuild with another model is followed on the next search."""
+    from supergrep.encoder.encoder import Encoder
+    from supergrep.encoder.spec import resolve_model
+    from supergrep.index.indexer import update_index
+
+    loaded = []
+
+    def make(spec, cfg):
+        loaded.append(str(spec.path))
+        return Encoder(spec, device="cpu")
+
+    e = Engine(load_config(None), watch=False, persist=False, make_encoder=make)
+    req = {"op": "search", "query": "retry sessions", "path": str(indexed), "cwd": "/", "register": False,
+           "mode": "semantic"}
+    assert e.handle(req)["ok"] and e.handle(req)["ok"]
+    assert loaded == [str(tiny_model)]
+    other = tiny_bert_factory(tmp_path / "other-bert", seed=7)
+    index = Index(indexed)
+    update_index(index, Encoder(resolve_model(other), device="cpu"), force=True)
+    index.close()
+    assert e.handle(req)["ok"]
+    assert loaded == [str(tiny_model), str(other)]

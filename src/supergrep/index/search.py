@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ MODES = ("semantic", "lexical", "hybrid")
 _TEST_WORDS = re.compile(r"\b(?:tests?|testing|unittests?|pytest|fixtures?|specs?|mocks?|conftest)\b", re.IGNORECASE)
 
 
+@functools.lru_cache(maxsize=1 << 16)  # hybrid asks for every candidate's path, per query (~1 ms)
 def is_test_code(path: str) -> bool:
     """Test code by its path, as ``corpus.mine.is_test_path`` decides, except a module named just
     ``tests``/``test``: that name is ambiguous (Jinja's ``jinja2/tests.py`` holds template tests,
