@@ -34,7 +34,6 @@ def encode_queries(index_dir: Path, cache: Path, n_doc: int = 145, model_path: s
     if cache.exists():
         z = np.load(cache)
         return [z[k] for k in sorted(z.files, key=int)]
-    from supergrep.encoder.encoder import Encoder
     from supergrep.encoder.spec import resolve_model
 
     texts = [json.loads(line)["query"] for line in (ROOT / "eval/public/queries.jsonl").read_text().splitlines() if line]
@@ -48,7 +47,15 @@ def encode_queries(index_dir: Path, cache: Path, n_doc: int = 145, model_path: s
             texts.append(line)
         if len(texts) >= 55 + n_doc:
             break
-    vecs = Encoder(resolve_model(model_path), device="cpu").encode_queries(texts)  # the index's model
+    # the index's model as a search loads it (named model -> its CPU form, e.g. int8 ONNX)
+    from supergrep.cli.common import make_encoder
+    from supergrep.config import load_config
+    from supergrep.encoder.named import model_of_index
+    from supergrep.index.format import Manifest
+
+    cfg = load_config(None)
+    cfg.encode.device = "cpu"
+    vecs = make_encoder(resolve_model(model_path or model_of_index(Manifest.read(index_dir).model)), cfg).encode_queries(texts)
     np.savez(cache, **{str(i): v for i, v in enumerate(vecs)})
     return vecs
 
@@ -64,7 +71,7 @@ def one(index_dir: Path, work: Path, cfg: dict, queries: list[np.ndarray], exact
     subprocess.run(["cp", "-al", str(index_dir / "vectors"), str(work / "vectors")], check=True)
     dim = int(Manifest.read(index_dir).model["dim"])
     conn = connect(work)
-    settings = CompressSettings(nbits=cfg["nbits"], pool_factor=cfg["pool"])
+    settings = CompressSettings(nbits=cfg["nbits"], pool_factor=cfg["pool"], n_centroids=cfg.get("centroids", 0))
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.perf_counter()
     info = convert(conn, work, dim, settings)

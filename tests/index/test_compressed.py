@@ -88,6 +88,47 @@ def test_round_trip_error_is_bounded_and_shrinks_with_bits(data, nbits):
     np.testing.assert_allclose(direct, q @ y.T, atol=1e-5)
 
 
+def test_assign_is_the_largest_inner_product(data):
+    docs, _, codec = data
+    x = np.concatenate(list(docs.values()))
+    from supergrep.index.codec import assign
+
+    s = x @ codec.centroids.T
+    got = assign(x, codec.centroids)
+    top2 = np.sort(s, axis=1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 1e-5  # rows without a near tie (summation order may differ)
+    assert clear.mean() > 0.95
+    np.testing.assert_array_equal(got[clear], s.argmax(axis=1)[clear])
+    assert len(assign(x[:0], codec.centroids)) == 0
+
+
+@pytest.mark.parametrize("nbits", [1, 2, 4])
+def test_blocked_encode_equals_per_dimension_buckets(data, nbits, monkeypatch):
+    docs, _, _ = data
+    x = np.concatenate(list(docs.values()))
+    codec = ResidualCodec.train(x, nbits=nbits, n_centroids=32)
+    monkeypatch.setattr(ResidualCodec, "ENCODE_BLOCK", 333)  # several blocks, a ragged last one
+    codes, packed = codec.encode(x)
+    resid = x - codec.centroids[codes.astype(int)]
+    want = np.stack([np.searchsorted(codec.cutoffs[d], resid[:, d], side="left") for d in range(DIM)], axis=1)
+    np.testing.assert_array_equal(codec.buckets(packed), want)
+
+
+def test_codec_statistics_come_from_sub_samples_of_a_large_sample(data, monkeypatch):
+    docs, _, _ = data
+    x = np.concatenate(list(docs.values()))
+    full = ResidualCodec.train(x, nbits=2, n_centroids=32)
+    monkeypatch.setattr(ResidualCodec, "QUANTILE_ROWS", len(x) // 3)
+    monkeypatch.setattr(ResidualCodec, "ERROR_ROWS", len(x) // 4)
+    sub = ResidualCodec.train(x, nbits=2, n_centroids=32)
+    np.testing.assert_array_equal(sub.centroids, full.centroids)  # k-means still sees every row
+    assert not np.array_equal(sub.cutoffs, full.cutoffs)
+    width = full.cutoffs[:, -1] - full.cutoffs[:, 0]
+    assert (np.abs(sub.cutoffs - full.cutoffs) < 0.1 * width[:, None]).all()
+    assert sub.train_error == pytest.approx(full.train_error, rel=0.1)
+    assert sub.error(x) == pytest.approx(full.error(x), rel=0.02)
+
+
 def test_more_bits_less_error(data):
     docs, _, _ = data
     x = np.concatenate(list(docs.values()))
