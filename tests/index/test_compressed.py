@@ -598,3 +598,14 @@ def test_nth_largest_and_top_stable_match_a_full_sort(size, n):
         got = _top_stable(x, ids, n)
         want = np.lexsort((ids, -x))[:n]  # best first, ties by chunk id
         assert sorted(got.tolist()) == sorted(want.tolist())
+
+
+def test_training_on_few_points_per_centroid_prints_nothing(capfd):
+    """faiss warns on stderr below 39 points per centroid; the codec trains with 32 by design,
+    and `supergrep index` must not print a library warning on every large conversion."""
+    rng = np.random.default_rng(5)
+    x = unit(rng.standard_normal((640, DIM)))
+    codec = ResidualCodec.train(x, nbits=2, n_centroids=32)  # 20 points per centroid
+    codec.extend(x[:200], 16)
+    out, err = capfd.readouterr()
+    assert codec.n_centroids == 32 and "WARNING" not in err + out

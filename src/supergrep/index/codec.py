@@ -126,8 +126,10 @@ class ResidualCodec:
         k = max(1, min(k, n))
         # 32 points per centroid, 8 iterations: the codec is refined by the residuals anyway, and
         # training must stay a small fraction of the time it took to encode the vectors.
+        # min_points_per_centroid: 32 per centroid is the design, not a mistake faiss should
+        # print a warning about on every large index's first conversion (it wants 39)
         km = faiss.Kmeans(dim, k, niter=niter, seed=seed, spherical=True, verbose=False,
-                          max_points_per_centroid=32)
+                          max_points_per_centroid=32, min_points_per_centroid=8)
         km.train(sample)
         centroids = np.ascontiguousarray(km.centroids, dtype=np.float32)
         centroids /= np.maximum(np.linalg.norm(centroids, axis=1, keepdims=True), 1e-12)
@@ -158,7 +160,7 @@ class ResidualCodec:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         n_new = max(1, min(n_new, len(vectors)))
         km = faiss.Kmeans(self.dim, n_new, niter=10, seed=seed, spherical=True, verbose=False,
-                          max_points_per_centroid=64)
+                          max_points_per_centroid=64, min_points_per_centroid=8)
         km.train(vectors)
         extra = np.ascontiguousarray(km.centroids, dtype=np.float32)
         extra /= np.maximum(np.linalg.norm(extra, axis=1, keepdims=True), 1e-12)
