@@ -61,7 +61,10 @@ def encode_queries(index_dir: Path, cache: Path, n_doc: int = 145, model_path: s
 
 
 def one(index_dir: Path, work: Path, cfg: dict, queries: list[np.ndarray], exact_top: list[list[int]]) -> dict:
+    from supergrep.index.codec import ResidualCodec
     from supergrep.index.compressed import CompressedStore, CompressSettings, convert
+
+    ResidualCodec.KMEANS_ITERS = cfg.get("niter", ResidualCodec.KMEANS_ITERS)
     from supergrep.index.format import Manifest, connect
 
     shutil.rmtree(work, ignore_errors=True)

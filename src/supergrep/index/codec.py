@@ -104,7 +104,7 @@ class ResidualCodec:
     # ------------------------------------------------------------------------- training
     @classmethod
     def train(cls, sample: np.ndarray, nbits: int = 1, n_centroids: int | None = None,
-              niter: int = 8, seed: int = 0, n_vectors: int | None = None) -> ResidualCodec:
+              niter: int | None = None, seed: int = 0, n_vectors: int | None = None) -> ResidualCodec:
         """Fit centroids (faiss k-means) and residual buckets on a sample of unit vectors.
 
         Args:
@@ -128,7 +128,7 @@ class ResidualCodec:
         # training must stay a small fraction of the time it took to encode the vectors.
         # min_points_per_centroid: 32 per centroid is the design, not a mistake faiss should
         # print a warning about on every large index's first conversion (it wants 39)
-        km = faiss.Kmeans(dim, k, niter=niter, seed=seed, spherical=True, verbose=False,
+        km = faiss.Kmeans(dim, k, niter=niter or cls.KMEANS_ITERS, seed=seed, spherical=True, verbose=False,
                           max_points_per_centroid=32, min_points_per_centroid=8)
         km.train(sample)
         centroids = np.ascontiguousarray(km.centroids, dtype=np.float32)
@@ -147,6 +147,7 @@ class ResidualCodec:
         codec.train_error = float(codec.error(held))
         return codec
 
+    KMEANS_ITERS = 8  # k-means iterations (the codec's residuals refine what k-means leaves)
     QUANTILE_ROWS = 32768  # residuals the bucket cutoffs and weights are estimated on
     ERROR_ROWS = 16384  # vectors the reference reconstruction error is measured on
 
