@@ -174,6 +174,16 @@ class Searcher:
     def _query_vectors(self, query: str) -> np.ndarray:
         return self.encoder.encode_queries([query])[0]  # (q_tokens, dim)
 
+    def _encode_beside(self, query: str):
+        """Hybrid: the query's encoding on the helper thread while this one runs BM25 (both
+        release the GIL: onnxruntime / torch and SQLite), or None on a single core. The model is
+        loaded and checked here, so its errors are this thread's."""
+        from supergrep.index.compressed import _rerank_pool
+
+        enc = self.encoder
+        pool = _rerank_pool()
+        return pool.submit(enc.encode_queries, [query]) if pool is not None else None
+
     def _priors(self, meta: dict[int, tuple[str, str, str, int]], query: str) -> dict[int, float]:
         """What hybrid fusion takes off each chunk of ``meta`` (``Index.chunk_meta``) before
         ranking (chunk id -> amount).
@@ -244,6 +254,7 @@ class Searcher:
         sem: dict[int, float] = {}
         lex: dict[int, float] = {}
         deep = 3 * limit if cfg.group_parts else limit  # grouping a definition's parts may drop some
+        encoding = self._encode_beside(query) if mode == "hybrid" else None
         if mode in ("lexical", "hybrid"):
             ids, scores = self.index.lexical(query, deep if mode == "lexical" else max(cfg.candidates, deep), allowed)
             lex = dict(zip(ids.tolist(), scores.tolist(), strict=True))
@@ -254,7 +265,7 @@ class Searcher:
             ids, scores = store.search(conn, q, deep, allowed, exact=cfg.exact)
             sem = dict(zip(ids.tolist(), scores.tolist(), strict=True))
         elif mode == "hybrid":
-            q = self._query_vectors(query)
+            q = encoding.result()[0] if encoding is not None else self._query_vectors(query)
             # Score fusion needs a semantic score for every BM25 candidate too; RRF only ranks.
             also = list(lex) if cfg.fusion == "score" else []
             ids, scores, is_exact, margin = store.search_deep(conn, q, max(limit, cfg.candidates), allowed, also,
