@@ -483,7 +483,7 @@ def test_blocked_exact_scores_equal_maxsim_over_the_decoded_vectors(tmp_path, da
     monkeypatch.setattr(CompressedStore, "_score_blocks", spy)
     monkeypatch.setattr(CompressedStore, "PARALLEL_MIN_TOKENS", 0)
     with ThreadPoolExecutor(1) as pool:
-        monkeypatch.setattr(compressed, "_rerank_pool", lambda: pool)
+        monkeypatch.setattr(compressed, "helper_pool", lambda: pool)
         np.testing.assert_allclose(s.score(conn, q, pick), [maxsim(q, dec[i]) for i in pick], rtol=1e-5)
     assert len(seen) == 2  # this thread and the helper
 

@@ -16,7 +16,7 @@ idx=Index(root, None, cache_bytes=2048*2**20)
 s=Searcher(idx, enc, cfg.search)
 qs=[q.query for q in load_queries(Path('eval/public/queries.jsonl'))][:40]
 for q in qs[:3]: s.search(q, mode='hybrid')
-pool=compressed._rerank_pool()
+pool=compressed.helper_pool()
 res={}
 same=True
 for r in range(3):

@@ -481,7 +481,7 @@ class Engine:
                 self._update_logged(p, paths, walk, rebuild)
 
     def _model_for(self, p: Project) -> str | None:
-        """The model to index with: the registered one, else the one the index was built with."""
+        """The model to index and search with: the registered one, else the one the index was built with."""
         if p.model_path:
             return p.model_path
         # Remembered per manifest: working it out fingerprints every named model (~4 ms, a fifth

@@ -54,9 +54,10 @@ _POOL: object = None
 _POOL_LOCK = threading.Lock()
 
 
-def _rerank_pool():
-    """One helper thread for the exact re-rank (None on a single core): created on first use,
-    shared by every store and thread of the process (the daemon's searches queue on it)."""
+def helper_pool():
+    """One helper thread for a search's second core (None on a single core): half of the exact
+    re-rank's blocks, hybrid's query encoding beside BM25. Created on first use, shared by every
+    store and thread of the process (the daemon's searches queue on it)."""
     global _POOL
     if _POOL is None:
         import os
@@ -467,7 +468,7 @@ class CompressedStore(SegmentStore):
             j = max(int(np.searchsorted(ends, t0 + self.EXACT_BLOCK_TOKENS, side="right")), i + 1)
             blocks.append((i, j, t0, int(ends[j - 1])))
             i = j
-        pool = _rerank_pool() if int(ends[-1]) >= self.PARALLEL_MIN_TOKENS and len(blocks) > 1 else None
+        pool = helper_pool() if int(ends[-1]) >= self.PARALLEL_MIN_TOKENS and len(blocks) > 1 else None
         if pool is None:
             self._score_blocks(blocks, codec, query, st, codes, resid, ends, out)
             return out

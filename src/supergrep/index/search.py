@@ -178,10 +178,10 @@ class Searcher:
         """Hybrid: the query's encoding on the helper thread while this one runs BM25 (both
         release the GIL: onnxruntime / torch and SQLite), or None on a single core. The model is
         loaded and checked here, so its errors are this thread's."""
-        from supergrep.index.compressed import _rerank_pool
+        from supergrep.index.compressed import helper_pool
 
         enc = self.encoder
-        pool = _rerank_pool()
+        pool = helper_pool()
         return pool.submit(enc.encode_queries, [query]) if pool is not None else None
 
     def _priors(self, meta: dict[int, tuple[str, str, str, int]], query: str) -> dict[int, float]:
