@@ -18,10 +18,7 @@ kernels instead of the row-scaled one, but a token's vector then depends on the 
 activation; measured slower end to end, its whole-tensor amax costs a pass of its own) and
 ``fast_accum`` (the float8 tensor cores' own accumulation, without the periodic promotion to
 float32: on by default, 1.05x end to end on an H100 with the same cosines to bf16). ``project`` in ``torch_t5_varlen.py`` runs the projections that share an input
-(q, k, v; wi_0, wi_1) as one float8 product over the stacked weights, with the input quantised once,
-and where it can the gated activation with the quantisation of its output for ``wo`` as one Triton
-kernel (``triton_gated_quant.py``; ``FUSED_GATED_QUANT`` below), whose result
-``fp8_linear_quantized`` multiplies.
+(q, k, v; wi_0, wi_1) as one float8 product over the stacked weights, with the input quantised once.
 """
 
 from __future__ import annotations
@@ -34,14 +31,6 @@ from torch import nn
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0  # the largest finite e4m3fn value
-
-# T5's gated activation and wo's input quantisation as one Triton kernel (triton_gated_quant.py)
-# where they can be (torch_t5_varlen.fused_gated_act): ``SUPERGREP_ENCODE_FP8_FUSED_GELU=0`` turns
-# it off, read once here; ``bench encode``'s ``+unfused`` modes set this attribute. Read inside the
-# compiled forward, so torch.compile guards on its value: flipping it recompiles, never reuses a
-# graph of the other path (an environment variable read there would not be guarded).
-_OFF = ("0", "false", "no", "off")
-FUSED_GATED_QUANT = os.environ.get("SUPERGREP_ENCODE_FP8_FUSED_GELU", "1").strip().lower() not in _OFF
 
 
 @dataclass(frozen=True)
@@ -127,32 +116,21 @@ def _mm(xq: torch.Tensor, xs: torch.Tensor, wq: torch.Tensor, ws: torch.Tensor, 
 def fp8_linear(x: torch.Tensor, mods: list[Fp8Linear]) -> torch.Tensor:
     """The outputs of the ``Fp8Linear`` layers ``mods`` on ``x``, concatenated on the last axis:
     x quantised once, one product over the stacked weights (exact: the scales are per output row)."""
+    dtype = x.dtype if x.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
     shape = x.shape
-    row = mods[0].options.scaling == "row"
-    xq, xs = (quantize_rows if row else quantize_tensor)(x.reshape(-1, shape[-1]))
-    y = fp8_linear_quantized(xq, xs, mods, x.dtype)
-    return y.reshape(*shape[:-1], y.shape[-1])
-
-
-def fp8_linear_quantized(xq: torch.Tensor, xs: torch.Tensor, mods: list[Fp8Linear],
-                         dtype: torch.dtype) -> torch.Tensor:
-    """``fp8_linear`` on an input already quantised: ``xq`` (M, in) float8 and its float32 scales
-    ``xs`` ((M, 1) for row scaling, 0-d for tensor scaling, as ``mods``' options say), e.g. by a
-    kernel that computed the input and quantised it in one pass (``triton_gated_quant.py``).
-    (M, sum of out) in ``dtype`` (the unquantised input's)."""
-    mm_dtype = dtype if dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
     opts = mods[0].options
     row = opts.scaling == "row"
+    xq, xs = (quantize_rows if row else quantize_tensor)(x.reshape(-1, shape[-1]))
     if len(mods) == 1:
         wq, ws = mods[0].weight_fp8, mods[0].weight_scale
     else:  # tensor scaling: enable_fp8 gave siblings one shared scale, so mods[0]'s is theirs
         wq = torch.cat([m.weight_fp8 for m in mods])
         ws = torch.cat([m.weight_scale for m in mods], dim=1) if row else mods[0].weight_scale
-    y = _mm(xq, xs, wq, ws, mm_dtype, opts.fast_accum)
+    y = _mm(xq, xs, wq, ws, dtype, opts.fast_accum)
     biases = [m.bias for m in mods]
     if any(b is not None for b in biases):
-        y = y + torch.cat([b if b is not None else y.new_zeros(m.out_features) for b, m in zip(biases, mods)]).to(mm_dtype)
-    return y.to(dtype)
+        y = y + torch.cat([b if b is not None else y.new_zeros(m.out_features) for b, m in zip(biases, mods)]).to(dtype)
+    return y.reshape(*shape[:-1], y.shape[-1]).to(x.dtype)
 
 
 def is_fp8(mods: list[nn.Module]) -> bool:

@@ -17,14 +17,11 @@ dropout on the attention probabilities. The hidden-state dropouts stay.
 
 from __future__ import annotations
 
-import os
-
 import torch
 from torch import nn
 
-from supergrep.backends import torch_fp8
 from supergrep.backends.t5_attention import t5_varlen_attention, use_dense_bias
-from supergrep.backends.torch_fp8 import fp8_linear, fp8_linear_quantized, is_fp8
+from supergrep.backends.torch_fp8 import fp8_linear, is_fp8
 from supergrep.backends.torch_fused_lora import fusable, fused_lora_linear
 from supergrep.backends.torch_t5_flex import bias_table
 
@@ -43,23 +40,6 @@ def project(x: torch.Tensor, mods: list[nn.Module], fuse: bool = True) -> torch.
         return nn.functional.linear(x, torch.cat([m.weight for m in mods]), bias)
     outs = [m(x) for m in mods]
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
-
-
-def fused_gated_act(ff: nn.Module, g: torch.Tensor) -> str | None:
-    """The activation name (``triton_gated_quant.ACTS``) with which the gated block ``ff``'s
-    ``act(g[:, :W]) * g[:, W:]`` and ``ff.wo``'s float8 quantisation of it run as one kernel, or
-    None where they cannot: ``wo`` not a row-scaled ``Fp8Linear``, gradients on, a dropout that
-    drops, neither CUDA nor Triton's interpreter, an activation the kernel lacks, or the switch
-    (``torch_fp8.FUSED_GATED_QUANT``) off."""
-    if not (torch_fp8.FUSED_GATED_QUANT and is_fp8([ff.wo]) and ff.wo.options.scaling == "row"):
-        return None
-    if torch.is_grad_enabled() or g.dim() != 2 or (ff.dropout.training and ff.dropout.p > 0):
-        return None
-    if not (g.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"):
-        return None
-    from supergrep.backends.triton_gated_quant import act_name, triton
-
-    return act_name(ff.act) if triton is not None else None
 
 
 def varlen_forward(encoder: nn.Module, ids: torch.Tensor, cu: torch.Tensor, max_len: int,
@@ -87,13 +67,6 @@ def varlen_forward(encoder: nn.Module, ids: torch.Tensor, cu: torch.Tensor, max_
         x = ff_layer.layer_norm(h)
         if hasattr(ff, "wi_0"):  # gated (T5 v1.1, XTR): act(wi_0 x) * wi_1 x
             g = project(x, [ff.wi_0, ff.wi_1], fuse)
-            act = fused_gated_act(ff, g)
-            if act is not None:  # float8: the activation and wo's input quantisation in one pass
-                from supergrep.backends.triton_gated_quant import gated_act_quant
-
-                xq, xs = gated_act_quant(g, act)
-                h = h + ff_layer.dropout(fp8_linear_quantized(xq, xs, [ff.wo], g.dtype))
-                continue
             width = g.shape[-1] // 2
             a = ff.act(g[..., :width]) * g[..., width:]
         else:

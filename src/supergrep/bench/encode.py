@@ -38,11 +38,9 @@ MODES = ("padded", "varlen", "varlen+compile", "varlen+autotune")
 # Modifiers of the varlen modes, for same-process comparisons: ``half`` hands the host float16
 # vectors to convert (the path before 2026-11-24's float32 default); ``fp8`` runs the encoder's
 # linear layers as float8 products (torch_fp8.py), with ``fp8t`` one scale per tensor instead of per
-# row and ``f32acc`` without the tensor cores' fast accumulation (with fp8 or fp8t); ``unfused`` (with
-# fp8 or fp8t) runs T5's gated activation and the float8 quantisation of its output as Inductor
-# compiles them instead of as one Triton kernel (triton_gated_quant.py; the path before it);
-# ``pageable`` uploads the inputs from pageable memory (the path before pinned input buffers).
-MODIFIERS = ("half", "fp8", "fp8t", "f32acc", "unfused", "pageable")
+# row and ``f32acc`` without the tensor cores' fast accumulation (with fp8 or fp8t); ``pageable`` uploads the
+# inputs from pageable memory (the path before pinned input buffers).
+MODIFIERS = ("half", "fp8", "fp8t", "f32acc", "pageable")
 
 
 def fp8_options(mods: set[str]):
@@ -56,8 +54,7 @@ def parse_mode(mode: str) -> tuple[str, set[str]]:
     parts = mode.split("+")
     mods = {p for p in parts if p in MODIFIERS}
     base = "+".join(p for p in parts if p not in MODIFIERS)
-    fp8_only = {"f32acc", "unfused"} & mods
-    if base not in MODES or (mods and base == "padded") or (fp8_only and not {"fp8", "fp8t"} & mods):
+    if base not in MODES or (mods and base == "padded") or ("f32acc" in mods and not {"fp8", "fp8t"} & mods):
         raise ValueError(f"unknown encode mode {mode!r}; choose from {', '.join(MODES)}, the varlen ones "
                          f"optionally with +{' +'.join(MODIFIERS)}")
     return base, mods
@@ -176,9 +173,6 @@ def run_encode_bench(wl: Workload, device: str = "auto", n_docs: int = 2000, ind
         if dyn is not None and hasattr(dyn.config, name):
             setattr(dyn.config, name, max(getattr(dyn.config, name), 64))
             break
-    from supergrep.backends import torch_fp8
-
-    fused_default = torch_fp8.FUSED_GATED_QUANT
     rows, reference = [], None
     for mode in modes:
         base, mods = parse_mode(mode)
@@ -192,8 +186,6 @@ def run_encode_bench(wl: Workload, device: str = "auto", n_docs: int = 2000, ind
             backend.flat_host_dtype = torch.float16 if "half" in mods else torch.float32
             if hasattr(backend, "flat_pin_inputs"):
                 backend.flat_pin_inputs = "pageable" not in mods
-            # guarded by torch.compile (read in the compiled forward): each setting its own graph
-            torch_fp8.FUSED_GATED_QUANT = fused_default and "unfused" not in mods
             want_fp8 = bool({"fp8", "fp8t"} & mods)
             fp8_on = backend.set_fp8(want_fp8, fp8_options(mods)) if hasattr(backend, "set_fp8") else False
             if want_fp8 and not fp8_on:
@@ -235,7 +227,6 @@ def run_encode_bench(wl: Workload, device: str = "auto", n_docs: int = 2000, ind
                      "warmup_s": warmup_s, "warmup_tokens": int(sum(len(d) for d in warm)), **split})
     for k, v in defaults.items():
         setattr(backend, k, v)
-    torch_fp8.FUSED_GATED_QUANT = fused_default
     if hasattr(backend, "set_fp8"):
         backend.set_fp8(False)
     if index_root is not None:

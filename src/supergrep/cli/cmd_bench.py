@@ -144,9 +144,8 @@ def _with_device(v, device: str):
               help="Forward modes to time: padded, varlen, varlen+compile, varlen+autotune (default: padded, and varlen "
                    "where the backend takes it by default: CUDA with Triton, T5/BERT/RoBERTa); a varlen mode "
                    "+half copies float16 to the host (converted there), +fp8 runs the projections as float8 products "
-                   "(CUDA 8.9+; +fp8t: one scale per tensor, not per row; +f32acc: without fast accumulation; "
-                   "+unfused: T5's gated activation and its float8 quantisation as Inductor compiles them, not as "
-                   "one Triton kernel); +pageable uploads the inputs from pageable memory.")
+                   "(CUDA 8.9+; +fp8t: one scale per tensor, not per row; +f32acc: without fast accumulation); +pageable uploads the "
+                   "inputs from pageable memory.")
 @common_options(model_path=False)
 def bench_encode_cmd(workloads, model_path, batch_size, doc_cap, work_dir, out_dir, as_json, docs, index_root, no_index,
                      batch_tokens, modes, opts: Options) -> None:
