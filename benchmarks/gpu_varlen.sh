@@ -24,7 +24,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONFAULTHANDLER=1
-model=.gpu/minilm-fp16
+model=${MODEL:-.gpu/minilm-fp16}  # MODEL=.gpu/tok (tokenizer files only) for the synthetic workloads
 BS=${BS:-192}
 parts=${*:-attn bench}
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader

@@ -222,3 +222,29 @@ def test_index_and_search_give_the_same_results_without_padding(sample_project, 
     flat = index_and_search("1", tmp_path / "flat")
     assert calls  # the documents went through the flat path
     assert padded and flat == padded
+
+
+def test_flat_batches_are_the_greedy_longest_first_packing():
+    """The vectorised packing gives what a plain greedy loop over the stable longest-first order
+    gives: empty items left out, an over-long item alone, ties in input order."""
+    from supergrep.encoder.encoder import flat_batches
+
+    def greedy(lengths, limit):
+        batches, total = [], 0
+        for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+            if not lengths[i]:
+                continue
+            if batches and total + lengths[i] <= limit:
+                batches[-1].append(i)
+                total += lengths[i]
+            else:
+                batches.append([i])
+                total = lengths[i]
+        return batches
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        lengths = rng.integers(0, int(rng.integers(1, 600)), int(rng.integers(0, 300))).tolist()
+        limit = int(rng.integers(1, 2000))
+        assert flat_batches(lengths, limit) == greedy(lengths, limit)
+    assert flat_batches([], 10) == [] and flat_batches([0, 0], 10) == [] and flat_batches([50, 3], 10) == [[0], [1]]

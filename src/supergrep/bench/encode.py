@@ -83,6 +83,8 @@ class _FlatTimer:
             return out
 
         def timed_submit(*a, **kw):
+            if timer.first_submit_s is None:
+                timer.first_submit_s = time.perf_counter() - timer.t0
             pending = submit(*a, **kw)
             result = pending.result
 
@@ -90,15 +92,21 @@ class _FlatTimer:
                 t = time.perf_counter()
                 value = result()
                 timer.wait_s += time.perf_counter() - t
+                timer.last_result_s = time.perf_counter() - timer.t0
                 return value
 
             pending.result = waited
             return pending
 
         be._run_flat, be.submit_flat = timed_run, timed_submit
+        self.bounds = [torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)]
+        self.bounds[0].record()  # the GPU's clock when the timed run starts ...
+        self.t0, self.first_submit_s, self.last_result_s = time.perf_counter(), None, None
         return self
 
     def __exit__(self, *exc):
+        self.bounds[1].record()  # ... and when the host has every vector
+        self.end_s = time.perf_counter() - self.t0
         del self.backend._run_flat, self.backend.submit_flat  # the class's own again
 
     def gpu_s(self) -> float:
@@ -106,6 +114,24 @@ class _FlatTimer:
 
         torch.cuda.synchronize()
         return sum(a.elapsed_time(b) for a, b in self.events) / 1000
+
+    def gaps(self) -> dict:
+        """The GPU's idle time between consecutive forwards (each end event to the next start
+        event), in total and the largest few with their call index: where the wall's idle goes
+        (between calls, or before the first / after the last)."""
+        import torch
+
+        torch.cuda.synchronize()
+        ms = [self.events[i - 1][1].elapsed_time(self.events[i][0]) for i in range(1, len(self.events))]
+        top = sorted(range(len(ms)), key=lambda i: -ms[i])[:5]
+        out = {"gpu_gaps_s": sum(ms) / 1000, "gpu_gap_top_ms": [[i + 1, round(ms[i], 2)] for i in top]}
+        if self.events:  # idle before the first forward and after the last (host work at the ends)
+            out["gpu_idle_before_s"] = self.bounds[0].elapsed_time(self.events[0][0]) / 1000
+            out["gpu_idle_after_s"] = self.events[-1][1].elapsed_time(self.bounds[1]) / 1000
+            # on the host's clock: the first submit's start, the last result's return, the end
+            out["host_first_submit_s"], out["host_last_result_s"] = self.first_submit_s, self.last_result_s
+            out["host_end_s"] = self.end_s
+        return out
 
 
 def with_projection(model_dir: Path, hidden: int, dim: int, seed: int = 0) -> Path:
@@ -194,9 +220,10 @@ def run_encode_bench(wl: Workload, device: str = "auto", n_docs: int = 2000, ind
             backend.set_flat_mode(base.partition("+")[2] or "eager")
         calls: list[int] = []  # documents per forward call, as reported through progress
 
-        def run(subset, progress=None) -> None:
-            enc.encode_ids(subset, "document", progress)
+        def run(subset, progress=None) -> list:
+            vectors = enc.encode_ids(subset, "document", progress)
             memory.sample(len(memory.samples))
+            return vectors
 
         warm = sorted(docs, key=len, reverse=True)[: max(1, n_docs // 10)]
         t = time.perf_counter()
@@ -212,12 +239,17 @@ def run_encode_bench(wl: Workload, device: str = "auto", n_docs: int = 2000, ind
         timer = _FlatTimer(backend) if backend.varlen and dev.startswith("cuda") else None
         t = time.perf_counter()
         if timer is None:
-            run(docs, calls.append)  # the vectors come back to the host inside, as indexing needs them
+            vectors = run(docs, calls.append)  # the vectors come back to the host inside, as indexing needs them
         else:
             with timer:
-                run(docs, calls.append)
+                vectors = run(docs, calls.append)
         seconds = time.perf_counter() - t
-        split = {} if timer is None else {"gpu_s": timer.gpu_s(), "host_wait_s": timer.wait_s}
+        # Freed after the clock stops: giving back the run's vectors (~8 GB of float32 for 100,000
+        # xtr-base documents) took 0.32 s of an H100 run's 6.27 s with the GPU idle, a cost of
+        # discarding them all at once, which an index run (that writes and frees them batch by
+        # batch) does not pay at the end (docs/performance.md, "The encoding run's ends").
+        del vectors
+        split = {} if timer is None else {"gpu_s": timer.gpu_s(), "host_wait_s": timer.wait_s, **timer.gaps()}
         rows.append({"what": f"forward, {mode} ({len(calls)} calls, <= {enc.batch_tokens} "
                              f"{'real' if backend.varlen else 'padded'} tokens each)",
                      "mode": mode, "documents": n_docs, "tokens": tokens, "seconds": seconds,

@@ -43,17 +43,20 @@ def flat_batches(lengths: list[int], batch_tokens: int) -> list[list[int]]:
     >>> flat_batches([5, 100, 0, 98, 7], batch_tokens=200)
     [[1, 3], [4, 0]]
     """
+    n = np.asarray(lengths, dtype=np.int64)
+    # A stable sort, longest first, then each batch cut where its running total would pass
+    # batch_tokens: one binary search per batch, not a Python step per item (the sort with a key
+    # and the loop took ~0.1 s per 100K documents while the GPU waited for its first call).
+    order = np.argsort(-n, kind="stable")
+    sizes = n[order]
+    live = int(np.count_nonzero(sizes))  # the empty items sort last and are left out
+    cum = np.concatenate([[0], np.cumsum(sizes[:live])])
     batches: list[list[int]] = []
-    total = 0
-    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-        if not lengths[i]:
-            continue
-        if batches and total + lengths[i] <= batch_tokens:
-            batches[-1].append(i)
-            total += lengths[i]
-        else:
-            batches.append([i])
-            total = lengths[i]
+    start = 0
+    while start < live:
+        end = max(start + 1, int(np.searchsorted(cum, cum[start] + batch_tokens, side="right")) - 1)
+        batches.append(order[start:end].tolist())
+        start = end
     return batches
 
 
@@ -219,12 +222,17 @@ class Encoder:
         # one float32 array for the whole batch, each document a view of it: one allocation
         # instead of one per document (at 384-d those were most of the host's time)
         vecs = cast(job.result(), np.float32)  # (N, dim), always a copy: the buffer is reused
-        keep = None if skip is None else ~np.isin(flat_ids, skip)
-        at = 0
-        for i in batch:
-            n = lengths[i]
-            out[i] = vecs[at:at + n] if keep is None else vecs[at:at + n][keep[at:at + n]]
-            at += n
+        sizes = np.fromiter((lengths[i] for i in batch), dtype=np.int64, count=len(batch))
+        if skip is not None:
+            keep = ~np.isin(flat_ids, skip)
+            if not keep.all():
+                # the skipped tokens' rows dropped in one pass, not per document: a batch of short
+                # documents holds thousands (40,000 documents of 1-4 tokens: 102 -> 27 ms here)
+                sizes = np.add.reduceat(keep, np.cumsum(sizes) - sizes, dtype=np.int64)
+                vecs = vecs[keep]
+        ends = np.cumsum(sizes).tolist()
+        for i, a, b in zip(batch, [0, *ends[:-1]], ends, strict=True):
+            out[i] = vecs[a:b]
         if progress is not None:
             progress(len(batch))
 
