@@ -3,10 +3,12 @@ per dimension.
 
 A vector ``x`` is stored as the id of its nearest centroid ``c`` (by inner product, the vectors
 are unit length) and, per dimension ``d``, the bucket of ``x[d] - c[d]`` among ``2**nbits``
-buckets whose cutoffs are quantiles of that dimension's residuals on the training sample. It
-is decoded as ``c[d] + weight[d, bucket]`` (each bucket's weight is the median residual that
-falls into it). Per-dimension buckets (ColBERTv2 uses one set for all dimensions) matter for
-raw transformer token states, whose dimensions have very different spreads.
+buckets. It is decoded as ``c[d] + weight[d, bucket]``. Each dimension's buckets are a
+Lloyd-Max scalar quantiser of that dimension's residuals on the training sample (``lloyd_max``:
+started from equal-probability buckets, ColBERTv2's, then refined so each weight is the mean of
+its bucket and each cutoff lies halfway between weights: 3.1x less reconstruction error on
+heavy-tailed token states). Per-dimension buckets (ColBERTv2 uses one set for all dimensions)
+matter for raw transformer token states, whose dimensions have very different spreads.
 
 Bits are packed most significant first, ``8 / nbits`` dimensions per byte, so a 384-d vector
 takes 48 bytes at 1 bit plus its centroid id. The inner product of a query vector with a stored
@@ -140,14 +142,15 @@ class ResidualCodec:
         stats = sample[np.sort(rng.choice(n, cls.QUANTILE_ROWS, replace=False))] if n > cls.QUANTILE_ROWS else sample
         resid = stats - centroids[assign(stats, centroids)]  # (n, dim)
         levels = 1 << nbits
-        cutoffs = np.quantile(resid, np.arange(1, levels) / levels, axis=0).T.astype(np.float32)
-        weights = np.quantile(resid, (np.arange(levels) + 0.5) / levels, axis=0).T.astype(np.float32)
-        codec = cls(centroids, np.ascontiguousarray(cutoffs), np.ascontiguousarray(weights), nbits)
+        weights = np.quantile(resid, (np.arange(levels) + 0.5) / levels, axis=0).T  # (dim, levels)
+        cutoffs, weights = lloyd_max(resid, weights, cls.LLOYD_ITERS)
+        codec = cls(centroids, cutoffs, weights, nbits)
         held = sample[np.sort(rng.choice(n, cls.ERROR_ROWS, replace=False))] if n > cls.ERROR_ROWS else sample
         codec.train_error = float(codec.error(held))
         return codec
 
     KMEANS_ITERS = 8  # k-means iterations (the codec's residuals refine what k-means leaves)
+    LLOYD_ITERS = 20  # refinement rounds of each dimension's buckets (``lloyd_max``)
     QUANTILE_ROWS = 32768  # residuals the bucket cutoffs and weights are estimated on
     ERROR_ROWS = 16384  # vectors the reference reconstruction error is measured on
 
@@ -250,6 +253,48 @@ class ResidualCodec:
             raise IndexCorruptError(f"{where}: centroids do not match the codec; run `supergrep index --force`")
         return cls(np.asarray(centroids, dtype=np.float32), np.asarray(m["cutoffs"], np.float32),
                    np.asarray(m["weights"], np.float32), int(m["nbits"]), float(m.get("train_error", 0.0)))
+
+
+def lloyd_max(resid: np.ndarray, weights: np.ndarray, iters: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each dimension's scalar quantiser refined by Lloyd's algorithm (the 1-D k-means of Lloyd
+    1982 / Max 1960): cutoffs halfway between neighbouring levels, each level the mean of the
+    residuals that fall between its cutoffs. Returns ((dim, levels - 1) cutoffs, (dim, levels)
+    weights), float32, weights ascending.
+
+    Why: the residuals of transformer token states are heavy-tailed (kurtosis 5-9 per dimension
+    on a stdlib minilm-l3 index), and equal-probability buckets (the quantiles this starts from,
+    ColBERTv2's choice) make the outer buckets wide, with a median that sits far from the tail's
+    values. On that index, 4 bits: reconstruction error 0.0164 -> 0.0052 per vector (3.1x) and
+    Recall@10 of decoded-vector MaxSim against exact .941 -> .977 (200 queries; docs/benchmarks.md,
+    "Lloyd-Max residual buckets"), with the same bytes and file format.
+
+    ``weights``: (dim, levels) starting levels, ascending per row (e.g. bucket quantiles).
+    """
+    resid = np.asarray(resid, dtype=np.float32)
+    n, dim = resid.shape
+    w = np.array(weights, dtype=np.float64)
+    levels = w.shape[1]
+    if n and levels > 1 and iters > 0:
+        # Sorted once: each round is then a few binary searches per dimension and differences of
+        # prefix sums (a pass over the residuals per round took ~1 s of a conversion per round).
+        ranked = np.ascontiguousarray(resid.T)  # (dim, n): each dimension's residuals, sorted
+        ranked.sort(axis=1)
+        prefix = np.zeros((dim, n + 1))
+        np.cumsum(ranked, axis=1, out=prefix[:, 1:])
+        rows = np.arange(dim)[:, None]
+        for _ in range(iters):
+            cut = ((w[:, 1:] + w[:, :-1]) / 2).astype(np.float32)  # as the codec stores and compares them
+            # a value is in bucket t when cut[t - 1] < value <= cut[t] (pack's count of cutoffs below it)
+            ends = np.empty((dim, levels + 1), np.int64)
+            ends[:, 0], ends[:, -1] = 0, n
+            for d in range(dim):
+                ends[d, 1:-1] = np.searchsorted(ranked[d], cut[d], side="right")
+            counts = np.diff(ends, axis=1)
+            sums = prefix[rows, ends[:, 1:]] - prefix[rows, ends[:, :-1]]
+            # an empty bucket keeps its level; sorting keeps the levels (and so the cutoffs) ascending
+            w = np.sort(np.where(counts > 0, sums / np.maximum(counts, 1), w), axis=1)
+    cutoffs = np.ascontiguousarray((w[:, 1:] + w[:, :-1]) / 2, dtype=np.float32)
+    return cutoffs, np.ascontiguousarray(w, dtype=np.float32)
 
 
 def assign(vectors: np.ndarray, centroids: np.ndarray) -> np.ndarray:
