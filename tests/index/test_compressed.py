@@ -632,3 +632,45 @@ def test_buckets_are_lloyd_max_quantisers_of_heavy_tailed_residuals():
     assert codec.error(x) < equal.error(x) / 1.5
     # the same bytes and the same decoding: only the bucket tables differ
     assert codec.encode(x)[1].shape == equal.encode(x)[1].shape
+
+
+def test_decoded_tokens_are_scored_at_unit_length(tmp_path, data):
+    """A decoded vector's quantised residual leaves it off unit length; each token's stored
+    scale brings it back, in the vectors ``get`` returns and in the scores (the same numbers)."""
+    docs, _, codec = data
+    s, conn = new_store(tmp_path, codec)
+    tx(conn, s.add, list(docs), list(docs.values()))
+    ids = list(docs)[:50]
+    got = np.concatenate(s.get(conn, ids))
+    raw = np.linalg.norm(codec.decode(*codec.encode(np.concatenate([docs[i] for i in ids]))), axis=1)
+    assert np.abs(raw - 1).max() > 0.01  # 2-bit residuals: the decoded norms really are off
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=2e-3)  # float16 scales
+    q = queries_from(docs, np.random.default_rng(9), n=1)[0]
+    dec = dict(zip(ids, s.get(conn, ids), strict=True))
+    np.testing.assert_allclose(s.score(conn, q, ids), [maxsim(q, dec[i]) for i in ids], rtol=1e-5)
+
+
+def test_a_version_1_segment_without_scales_is_read_and_merged_into_one_with_them(tmp_path, data):
+    """Indexes written before the scales keep working (their tokens scored as decoded), and a
+    merge that rewrites their segments gives the tokens their scales."""
+    docs, _, codec = data
+    ids = list(docs)
+    s, conn = new_store(tmp_path, codec)
+    tx(conn, s.add, ids[:200], [docs[i] for i in ids[:200]])
+    seg = conn.execute("SELECT id FROM segments").fetchone()[0]
+    path = s._cpath(seg)
+    _, arrays = read_container(path, "compressed-segment", 2)
+    old = {k: np.array(v) for k, v in arrays.items() if k != "scale"}
+    write_container(path, "compressed-segment", 1, old)
+    fresh = CompressedStore(tmp_path, DIM, CompressSettings(pool_factor=1.0))
+    unscaled = fresh.get(conn, ids[:5])
+    for v, i in zip(unscaled, ids[:5], strict=True):
+        np.testing.assert_allclose(v, codec.decode(*codec.encode(docs[i])), atol=1e-6)
+    fresh.MERGE_MAX_SEGMENTS = 1
+    tx(conn, fresh.add, ids[200:], [docs[i] for i in ids[200:]])  # a second segment, with scales
+    fresh.maintain(conn)  # two segments > 1: merged, every token rewritten with its scale
+    merged = conn.execute("SELECT id FROM segments").fetchall()
+    assert len(merged) == 1
+    _, arrays = read_container(fresh._cpath(merged[0][0]), "compressed-segment", 2)
+    assert "scale" in arrays and len(arrays["scale"]) == len(arrays["codes"])
+    np.testing.assert_allclose(np.linalg.norm(np.concatenate(fresh.get(conn, ids[:5])), axis=1), 1.0, atol=2e-3)

@@ -8,6 +8,8 @@ exact store's; deletions are tombstones; ``maintain`` merges and rewrites segmen
     layout  int64 (n_docs, 3)    chunk id, first token, n tokens (sorted by chunk id)
     codes   uint16|int32 (n_tok) centroid id of each token, document-major
     resid   uint8 (n_tok, dim * nbits / 8) packed residual buckets, document-major
+    scale   float16 (n_tok)      1 / |decoded vector| of each token (version 2; a version-1
+                                 segment has none and scores its tokens unscaled)
     ivf     int32 (n_pairs)      local doc indices grouped by centroid (one entry per centroid x doc)
     ivf_off int64 (K + 1)        where each centroid's group starts (K when the segment was written)
 
@@ -20,7 +22,8 @@ Search, four stages (all NumPy; ``nprobe``, ``candidates`` and ``rerank`` are th
    imputed by the score of the ``nprobe``-th centroid (XTR/WARP's missing-similarity estimate).
 3. PLAID centroid interaction for the best ``candidates`` documents: ``sum_q max_t S[q, code_t]``
    over all of their tokens.
-4. Exact re-rank of the best ``rerank``: MaxSim over the decoded vectors.
+4. Exact re-rank of the best ``rerank``: MaxSim over the decoded vectors, each renormalised to
+   unit length (``scale``), as the exact store's vectors are.
 
 Drift: a batch whose vectors decode much worse than the codec's training sample
 (``drift_ratio``) gets new centroids fitted on it; existing ids keep their meaning, so nothing
@@ -68,7 +71,7 @@ def helper_pool():
                 _POOL = ThreadPoolExecutor(1, thread_name_prefix="sg-rerank") if (os.cpu_count() or 1) > 1 else False
     return _POOL or None
 
-SEGMENT_KIND, SEGMENT_VERSION = "compressed-segment", 1
+SEGMENT_KIND, SEGMENT_VERSION = "compressed-segment", 2  # 2: + scale
 CODEC_KIND, CODEC_VERSION = "residual-codec", 1
 STORE_META_KEY = "vector_store"  # meta row: "exact" (absent) or "compressed"
 CODEC_META_KEY = "codec"  # meta row: the committed codec generation
@@ -97,6 +100,7 @@ class _CSegment:
     resid: np.ndarray
     ivf: np.ndarray
     ivf_off: np.ndarray
+    scale: np.ndarray | None = None  # (n_tok,) float16; None in a version-1 segment
 
     @property
     def starts(self) -> np.ndarray:
@@ -274,17 +278,23 @@ class CompressedStore(SegmentStore):
             # Plain ndarray views of the mappings: np.memmap's __getitem__ costs more than the
             # gathers a search does through it.
             s = _CSegment(seg, np.asarray(a["layout"]), a["codes"].view(np.ndarray), a["resid"].view(np.ndarray),
-                          a["ivf"].view(np.ndarray), np.asarray(a["ivf_off"]))
+                          a["ivf"].view(np.ndarray), np.asarray(a["ivf_off"]),
+                          a["scale"].view(np.ndarray) if "scale" in a else None)
         except KeyError:
             raise IndexCorruptError(f"{path.name} lacks an array; run `supergrep index --force`") from None
-        if s.resid.ndim != 2 or len(s.codes) != len(s.resid) or s.layout.ndim != 2:
+        if s.resid.ndim != 2 or len(s.codes) != len(s.resid) or s.layout.ndim != 2 or (
+                s.scale is not None and s.scale.shape != s.codes.shape):
             raise IndexCorruptError(f"{path.name} has inconsistent arrays; run `supergrep index --force`")
         self._cseg[seg] = s
         return s
 
     def _write_encoded(self, conn: sqlite3.Connection, ids: np.ndarray, lengths: np.ndarray, codes: np.ndarray,
-                       resid: np.ndarray, n_centroids: int) -> int:
-        """Write one durable compressed segment (docs already sorted by chunk id) and record it."""
+                       resid: np.ndarray, codec: ResidualCodec) -> int:
+        """Write one durable compressed segment (docs already sorted by chunk id) and record it.
+        Each token's scale comes from its codes (the same for a copied token as where it came
+        from; a version-1 segment's tokens get theirs when a merge rewrites them)."""
+        n_centroids = codec.n_centroids
+        scale = codec.scales(codes, resid)
         n_docs = len(ids)
         offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if n_docs else np.zeros(0, np.int64)
         layout = np.stack([ids, offsets, lengths], axis=1).astype(np.int64) if n_docs else np.zeros((0, 3), np.int64)
@@ -297,7 +307,8 @@ class CompressedStore(SegmentStore):
         self.dir.mkdir(parents=True, exist_ok=True)
         seg = self._new_segment_id(conn)
         size = write_container(self._cpath(seg), SEGMENT_KIND, SEGMENT_VERSION,
-                               {"layout": layout, "codes": codes, "resid": resid, "ivf": ivf, "ivf_off": ivf_off})
+                               {"layout": layout, "codes": codes, "resid": resid, "ivf": ivf, "ivf_off": ivf_off,
+                                "scale": scale})
         fsync_dir(self.dir)
         crashpoint("segment_written")
         conn.execute(
@@ -337,7 +348,7 @@ class CompressedStore(SegmentStore):
         codec = self.codec(conn)
         codes, resid = codec.encode(flat)
         codec, codes, resid = self._handle_drift(conn, codec, flat, codes, resid)
-        self._write_encoded(conn, ids, lengths, codes, resid, codec.n_centroids)
+        self._write_encoded(conn, ids, lengths, codes, resid, codec)
 
     def _handle_drift(self, conn, codec: ResidualCodec, flat: np.ndarray, codes: np.ndarray, resid: np.ndarray):
         """New centroids for a batch the codebook no longer fits (measured, not assumed)."""
@@ -416,8 +427,9 @@ class CompressedStore(SegmentStore):
             setattr(self._local, name, buf)
         return buf[:n]
 
-    def _gather(self, view: _View, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(codes, residuals, lengths) of the tokens of global docs, in the order given."""
+    def _gather(self, view: _View, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(codes, residuals, lengths, scales (float32; 1 in a version-1 segment)) of the tokens of
+        global docs, in the order given."""
         seg_of = np.searchsorted(view.base, docs, side="right") - 1
         groups = [(si, np.flatnonzero(seg_of == si)) for si in np.unique(seg_of)]
         lengths = np.zeros(len(docs), np.int64)
@@ -429,6 +441,7 @@ class CompressedStore(SegmentStore):
         dtype = view.segs[0].codes.dtype if view.segs else np.uint16
         codes = np.empty(total, dtype)
         resid = np.empty((total, rb), np.uint8)
+        scale = np.empty(total, np.float32)
         for si, sel in groups:
             seg = view.segs[si]
             lay = seg.layout[docs[sel] - view.base[si]]
@@ -436,13 +449,16 @@ class CompressedStore(SegmentStore):
             dst = _ranges(out_starts[sel], lay[:, 2])
             codes[dst] = seg.codes[src]
             resid[dst] = seg.resid[src]
-        return codes, resid, lengths
+            scale[dst] = 1.0 if seg.scale is None else seg.scale[src]
+        return codes, resid, lengths, scale
 
     def _decode_docs(self, view: _View, codec: ResidualCodec, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Decoded token vectors of global docs (in the order given) and each doc's first row."""
-        codes, resid, lengths = self._gather(view, docs)
+        codes, resid, lengths, scale = self._gather(view, docs)
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-        return codec.decode(codes, resid), starts
+        vecs = codec.decode(codes, resid)
+        vecs *= scale[:, None]
+        return vecs, starts
 
     EXACT_BLOCK_TOKENS = 2048  # tokens decoded and scored at a time (buffers stay in cache)
 
@@ -458,7 +474,7 @@ class CompressedStore(SegmentStore):
             return np.zeros(0, np.float32)
         if st is None:
             st = self._centroid_scores(codec, query)
-        codes, resid, lengths = self._gather(view, docs)
+        codes, resid, lengths, scale = self._gather(view, docs)
         ends = np.cumsum(lengths)
         out = np.empty(len(docs), np.float32)
         blocks = []  # (first doc, end doc, first token, end token): whole documents
@@ -470,14 +486,14 @@ class CompressedStore(SegmentStore):
             i = j
         pool = helper_pool() if int(ends[-1]) >= self.PARALLEL_MIN_TOKENS and len(blocks) > 1 else None
         if pool is None:
-            self._score_blocks(blocks, codec, query, st, codes, resid, ends, out)
+            self._score_blocks(blocks, codec, query, st, codes, resid, scale, ends, out)
             return out
         # Every other block on a helper thread (NumPy's take and matmul release the GIL; each
         # thread decodes into its own buffers). 12,670-chunk stdlib index, 2 cores, the same
         # results: a whole warm search 1.17-1.19x (semantic p50 16.2-17.0 -> 13.4-14.2 ms,
         # hybrid 43.0-47.0 -> 36.9-38.7 ms; docs/daemon.md).
-        half = pool.submit(self._score_blocks, blocks[1::2], codec, query, st, codes, resid, ends, out)
-        self._score_blocks(blocks[0::2], codec, query, st, codes, resid, ends, out)
+        half = pool.submit(self._score_blocks, blocks[1::2], codec, query, st, codes, resid, scale, ends, out)
+        self._score_blocks(blocks[0::2], codec, query, st, codes, resid, scale, ends, out)
         half.result()
         return out
 
@@ -486,8 +502,8 @@ class CompressedStore(SegmentStore):
     PARALLEL_MIN_TOKENS = 4096
 
     def _score_blocks(self, blocks: list[tuple[int, int, int, int]], codec: ResidualCodec, query: np.ndarray,
-                      st: np.ndarray, codes: np.ndarray, resid: np.ndarray, ends: np.ndarray,
-                      out: np.ndarray) -> None:
+                      st: np.ndarray, codes: np.ndarray, resid: np.ndarray, scale: np.ndarray,
+                      ends: np.ndarray, out: np.ndarray) -> None:
         nb = resid.shape[1]
         offsets = self._byte_offsets(nb)
         table = codec._byte_values
@@ -504,6 +520,7 @@ class CompressedStore(SegmentStore):
             cent = self._work("cent", len(query) * n, np.float32).reshape(n, len(query))
             np.take(st, codes[t0:t1], axis=0, out=cent)
             sims += cent
+            sims *= scale[t0:t1, None]  # each decoded token at unit length
             starts = np.concatenate([[0], ends[i : j - 1] - t0]).astype(np.int64)
             out[i:j] = np.maximum.reduceat(sims, starts, axis=0).sum(axis=1)
 
@@ -752,8 +769,8 @@ class CompressedStore(SegmentStore):
             docs = live[np.argsort(doc_ids[live], kind="stable")]
             n = len(docs)
             if n:
-                codes, resid, lengths = self._gather(view, docs)
-                self._write_encoded(conn, doc_ids[docs], lengths, codes, resid, codec.n_centroids)
+                codes, resid, lengths, _ = self._gather(view, docs)  # scales recomputed from the codes
+                self._write_encoded(conn, doc_ids[docs], lengths, codes, resid, codec)
             marks = ",".join("?" * len(victims))
             conn.execute(f"DELETE FROM tombstones WHERE seg IN ({marks})", victims)
             conn.execute(f"DELETE FROM segments WHERE id IN ({marks})", victims)
@@ -850,7 +867,7 @@ def convert(conn: sqlite3.Connection, index_dir: Path, dim: int, settings: Compr
                     codes.append(c)
                     resid.append(r)
                 store._write_encoded(conn, part[:, 0].astype(np.int64), np.array(lengths, np.int64),
-                                     np.concatenate(codes), np.concatenate(resid), codec.n_centroids)
+                                     np.concatenate(codes), np.concatenate(resid), codec)
                 n_stored += sum(lengths)
         if old:
             marks = ",".join("?" * len(old))

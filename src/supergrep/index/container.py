@@ -9,7 +9,7 @@ Layout (little-endian)::
     then          each array's raw C-order bytes at its offset (64-byte aligned, from file start)
 
 A file is written to a temporary name, fsynced and renamed into place, so it is either whole or
-absent. ``kind`` and ``version`` say what is inside (``compressed-segment`` v1, ``residual-codec``
+absent. ``kind`` and ``version`` say what is inside (``compressed-segment`` v2, ``residual-codec``
 v1); a reader refuses a newer version with a one-line error.
 """
 
