@@ -98,7 +98,7 @@ def build_synthetic(index_dir: Path, n_chunks: int, dim: int = 384, nbits: int =
         resid = rng.integers(0, 256, size=(total, codec.residual_bytes), dtype=np.uint8)
         ids = np.arange(next_id, next_id + n, dtype=np.int64)
         conn.execute("BEGIN IMMEDIATE")
-        store._write_encoded(conn, ids, lengths, codes, resid, k)
+        store._write_encoded(conn, ids, lengths, codes, resid, codec)
         conn.execute("COMMIT")
         next_id += n
         n_vec += total
@@ -112,7 +112,7 @@ def _queries(store: CompressedStore, conn, codec: ResidualCodec, n: int, q_token
     out = []
     for _ in range(n):
         doc = int(rng.integers(0, len(view.doc_ids)))
-        codes, _, _ = store._gather(view, np.array([doc]))
+        codes, *_ = store._gather(view, np.array([doc]))
         pick = codes[rng.integers(0, len(codes), q_tokens)].astype(np.int64)
         q = codec.centroids[pick] + rng.standard_normal((q_tokens, codec.dim)).astype(np.float32) * (0.6 / math.sqrt(codec.dim))
         out.append((q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32))
