@@ -95,3 +95,33 @@ def pack(parts: Sequence[np.ndarray], dtype, dim: int) -> np.ndarray:
     for job in jobs:
         job.result()
     return out
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
+_MALLOC_TUNED: list[bool] = []
+
+
+def tune_malloc_for_serving() -> bool:
+    """glibc only: serve a search's multi-megabyte temporaries from the heap, not fresh mmaps.
+
+    glibc hands every allocation above 128 KiB to mmap and back to the kernel on free (its
+    threshold adapts upwards only after such a block is freed), so each query of a fresh search
+    process page-faulted its gathers and score arrays in anew: on a 100K-chunk compressed index
+    p50 14.3-21.8 ms against 10.0-13.7 ms with the blocks kept (bench search, alternated;
+    docs/benchmarks.md, "Page faults"). Long-lived searching processes (the daemon and ``bench
+    search``) call this once: blocks up to 32 MiB (glibc's maximum) come from the
+    heap, and up to 128 MiB of freed heap stays mapped for the next query. Returns whether it
+    applied (not on macOS or musl)."""
+    if _MALLOC_TUNED:
+        return _MALLOC_TUNED[0]
+    ok = False
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            mallopt = ctypes.CDLL(None).mallopt
+            ok = bool(mallopt(_M_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(_M_TRIM_THRESHOLD, 128 << 20))
+        except (OSError, AttributeError):
+            ok = False
+    _MALLOC_TUNED.append(ok)
+    return ok

@@ -94,6 +94,7 @@ class SearchConfig:
     nprobe: int = _f(8, "Compressed store: centroids probed per query token to generate candidates.")
     ncandidates: int = _f(0, "Compressed store: candidates scored by centroid interaction (0 skips that stage).")
     rerank: int = _f(64, "Compressed store: candidates re-ranked with exact MaxSim over the decoded vectors (at least the result count).")
+    integer_scores: bool = _f(True, "Compressed store: score with 8-bit integer products (query-centroid scores and the re-rank; ~1.5-2x faster searches, scores within ~1e-3 of float32; false: float32).")
 
 
 @dataclass

@@ -35,3 +35,32 @@ def test_bench_search_bad_sizes_exit_2(capsys):
         assert e.value.code == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("supergrep: error: --sizes") and "\n" not in err
+
+
+def test_bench_search_reuses_a_kept_index_and_reports_warming(tmp_path):
+    """--reuse opens the index a --keep run built with the same settings (same results, no
+    rebuild); other settings rebuild it. Both runs warm the store before the clock and say how
+    they scored."""
+    w = tmp_path / "w"
+    base = ["bench", "search", "--sizes", "400", "--queries", "5", "--exact-queries", "2", "--dim", "32",
+            "--mean-tokens", "10", "--nbits", "2", "--work-dir", str(w)]
+
+    def run(*extra):
+        out = tmp_path / "r.json"
+        res = CliRunner().invoke(cli, [*base, *extra, "--out", str(out)])
+        assert res.exit_code == 0, res.output
+        return json.loads(out.read_text())
+
+    first = run("--keep", "--float-scores")
+    stamp = w / "synthetic-400" / "synthetic.json"
+    assert stamp.is_file()
+    built = stamp.stat().st_mtime_ns
+    again = run("--reuse", "--integer-scores")
+    r0, r1 = first["results"][0], again["results"][0]
+    assert (r0["reused"], r1["reused"]) == (False, True) and stamp.stat().st_mtime_ns == built
+    assert r1["vectors"] == r0["vectors"] and r1["bytes"] == r0["bytes"]
+    assert first["settings"]["integer_scores"] is False and first["settings"]["int_backend"] is None
+    assert again["settings"]["integer_scores"] is True and again["settings"]["int_backend"] in {"onnxruntime", "torch", "numpy"}
+    assert r0["warm_s"] >= 0 and r1["warm_s"] >= 0
+    other = run("--reuse", "--mean-tokens", "11")  # another build: not the kept index
+    assert other["results"][0]["reused"] is False

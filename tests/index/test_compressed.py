@@ -41,8 +41,11 @@ def tx(conn, fn, *args):
 
 
 def new_store(path, codec, **kw):
+    """A store scoring in float32 unless asked (the tests of its machinery compare with float
+    MaxSim at 1e-5; integer scoring has tests of its own below)."""
     path.mkdir(parents=True, exist_ok=True)
     conn = connect(path)
+    kw.setdefault("integer_scores", False)
     s = CompressedStore(path, DIM, CompressSettings(pool_factor=1.0, **kw))
     tx(conn, s.write_codec, codec)
     conn.execute("INSERT INTO meta (key, value) VALUES ('vector_store', 'compressed')")
@@ -499,7 +502,7 @@ def test_exact_scores_with_more_than_256_residual_bytes(tmp_path):
     codec = ResidualCodec.train(np.concatenate(list(docs.values())), nbits=4, n_centroids=8)
     assert codec.residual_bytes > 256
     conn = connect(tmp_path)
-    s = CompressedStore(tmp_path, dim, CompressSettings(pool_factor=1.0, nbits=4))
+    s = CompressedStore(tmp_path, dim, CompressSettings(pool_factor=1.0, nbits=4, integer_scores=False))
     tx(conn, s.write_codec, codec)
     tx(conn, s.add, list(docs), list(docs.values()))
     dec = dict(zip(list(docs), s.get(conn, list(docs)), strict=True))

@@ -14,6 +14,7 @@ Recall@10 is the compressed pipeline's top 10 against that baseline's.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import platform
@@ -25,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from supergrep.arrays import tune_malloc_for_serving
+from supergrep.index import intmm
 from supergrep.index.codec import ResidualCodec, default_n_centroids
 from supergrep.index.compressed import CompressedStore, CompressSettings
 from supergrep.index.format import connect
@@ -50,6 +53,8 @@ class SizeResult:
     speedup_p50: float | None
     recall_at_10: float | None
     search_peak_rss_mib: float
+    warm_s: float = 0.0  # CompressedStore.warm before the clock: pages mapped, integer tables built
+    reused: bool = False  # an index kept by an earlier run with the same settings (--reuse)
 
 
 def _rss_mib() -> float:
@@ -123,7 +128,7 @@ def run_search_bench(sizes: list[int], work_dir: Path, queries: int = 100, exact
                      exact_max_chunks: int = 100_000, dim: int = 384, nbits: int = 2, q_tokens: int = 32,
                      mean_tokens: float = 139.0, nprobe: int | None = None, candidates: int | None = None,
                      rerank: int | None = None, k: int = 10, seed: int = 0, keep: bool = False,
-                     progress=None) -> dict:
+                     integer_scores: bool | None = None, reuse: bool = False, progress=None) -> dict:
     """Build a synthetic compressed index per size, then time ``queries`` searches on it.
 
     Args:
@@ -131,11 +136,15 @@ def run_search_bench(sizes: list[int], work_dir: Path, queries: int = 100, exact
         work_dir: Where the indexes are built (deleted afterwards unless ``keep``).
         exact_queries: Queries also run exhaustively (the baseline and the recall reference);
             skipped above ``exact_max_chunks`` chunks (exhaustive MaxSim there takes minutes).
-        nprobe, candidates, rerank: The store's search knobs (default: the config defaults).
+        nprobe, candidates, rerank, integer_scores: The store's search knobs (default: the
+            config defaults).
+        reuse: Open an index an earlier run kept (``keep``) with the same build settings instead
+            of building it again (alternated A/B runs of search settings).
 
     Returns:
         {"hardware", "settings", "results": [SizeResult as dict, ...]}.
     """
+    tune_malloc_for_serving()  # as the daemon: many queries in one process
     settings = CompressSettings()
     if nprobe is not None:
         settings.nprobe = nprobe
@@ -143,21 +152,40 @@ def run_search_bench(sizes: list[int], work_dir: Path, queries: int = 100, exact
         settings.candidates = candidates
     if rerank is not None:
         settings.rerank = rerank
+    if integer_scores is not None:
+        settings.integer_scores = integer_scores
     results = []
     for n_chunks in sizes:
         say = progress or (lambda _msg: None)
         say(f"building {n_chunks:,} chunks")
         d = Path(work_dir) / f"synthetic-{n_chunks}"
+        build_key = json.dumps({"chunks": n_chunks, "dim": dim, "nbits": nbits, "mean_tokens": mean_tokens, "seed": seed,
+                                "version": 2})
+        stamp = d / "synthetic.json"
         t0 = time.perf_counter()
-        store, info = build_synthetic(d, n_chunks, dim=dim, nbits=nbits, mean_tokens=mean_tokens, seed=seed)
+        reused = reuse and stamp.is_file() and stamp.read_text() == build_key
+        if reused:
+            say(f"reusing {d}")
+            conn = connect(d)
+            store = CompressedStore(d, dim, CompressSettings(nbits=nbits, pool_factor=1.0))
+            codec = store.codec(conn)
+            info = {"conn": conn, "codec": codec,
+                    "vectors": int(conn.execute("SELECT SUM(n_vectors - dead_vectors) FROM segments").fetchone()[0])}
+        else:
+            store, info = build_synthetic(d, n_chunks, dim=dim, nbits=nbits, mean_tokens=mean_tokens, seed=seed)
+            stamp.write_text(build_key)
         build_s = time.perf_counter() - t0
         build_rss = _rss_mib()
         conn, codec = info["conn"], info["codec"]
         store.settings.nprobe, store.settings.candidates, store.settings.rerank = (
             settings.nprobe, settings.candidates, settings.rerank)
+        store.settings.integer_scores = settings.integer_scores
         rng = np.random.default_rng(seed + 1)
         qs = _queries(store, conn, codec, queries, q_tokens, rng)
-        store.search(conn, qs[0], k)  # warm: map the files, size the scratch arrays
+        # As the daemon does after an update: every page mapped, integer tables built (a search
+        # of scattered candidates would otherwise pay first-touch page faults: docs/benchmarks.md).
+        warm_s = store.warm(conn)["seconds"]
+        store.search(conn, qs[0], k)  # size the scratch arrays
         lat, cpu = [], []
         got = []
         for q in qs:
@@ -191,12 +219,12 @@ def run_search_bench(sizes: list[int], work_dir: Path, queries: int = 100, exact
             exact_p50_cpu_ms=round(float(np.percentile(exact_cpu, 50)) * 1000, 1) if exact_cpu else None,
             exact_queries=len(exact_lat),
             speedup_p50=round(exact_p50 / p50, 1) if exact_p50 else None, recall_at_10=recall,
-            search_peak_rss_mib=round(_rss_mib(), 0)))
+            search_peak_rss_mib=round(_rss_mib(), 0), warm_s=round(warm_s, 2), reused=bool(reused)))
         say(f"{n_chunks:,} chunks: p50 {p50:.1f} ms (CPU {np.percentile(cpu_ms, 50):.1f} ms)" + (f", exhaustive {exact_p50:.0f} ms, recall@10 {recall:.3f}"
                                                         if exact_p50 else ""))
         conn.close()
         del store
-        if not keep:
+        if not (keep or reuse):
             shutil.rmtree(d, ignore_errors=True)
     return {
         "load_average": os.getloadavg(),
@@ -204,7 +232,8 @@ def run_search_bench(sizes: list[int], work_dir: Path, queries: int = 100, exact
                      "python": platform.python_version(), "numpy": np.__version__},
         "settings": {"dim": dim, "nbits": nbits, "q_tokens": q_tokens, "mean_tokens": mean_tokens, "k": k,
                      "queries": queries, "nprobe": settings.nprobe, "candidates": settings.candidates,
-                     "rerank": settings.rerank, "seed": seed},
+                     "rerank": settings.rerank, "integer_scores": settings.integer_scores,
+                     "int_backend": intmm.backend() if settings.integer_scores else None, "seed": seed},
         "results": [asdict(r) for r in results],
     }
 

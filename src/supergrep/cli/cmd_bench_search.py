@@ -39,11 +39,14 @@ def _sizes(value: str) -> list[int]:
 @click.option("--rerank", type=int, help="Exactly re-ranked candidates (default: the config's).")
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=Path(".cache/bench-search"),
               show_default=True, help="Where the synthetic indexes are built (deleted afterwards unless --keep).")
+@click.option("--integer-scores/--float-scores", default=None,
+              help="Score with 8-bit integer products or in float32 (default: the config's, integer).")
 @click.option("--keep", is_flag=True, help="Keep the synthetic indexes.")
+@click.option("--reuse", is_flag=True, help="Reuse indexes an earlier --keep run built with the same settings.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the JSON result here.")
 def bench_search_cmd(sizes: str, queries: int, exact_queries: int, exact_max: int, nbits: str, dim: int,
                      mean_tokens: float, nprobe: int | None, candidates: int | None, rerank: int | None,
-                     work_dir: Path, keep: bool, out: Path | None) -> None:
+                     integer_scores: bool | None, work_dir: Path, keep: bool, reuse: bool, out: Path | None) -> None:
     """p50/p95 latency, QPS and Recall@10 (vs exhaustive MaxSim) at each index size.
 
         supergrep bench search --sizes 100000,1000000 --out benchmarks/results/search.json
@@ -55,6 +58,7 @@ def bench_search_cmd(sizes: str, queries: int, exact_queries: int, exact_max: in
     result = run_search_bench(_sizes(sizes), work_dir, queries=queries, exact_queries=exact_queries,
                               exact_max_chunks=exact_max, dim=dim, nbits=int(nbits), mean_tokens=mean_tokens,
                               nprobe=nprobe, candidates=candidates, rerank=rerank, keep=keep,
+                              integer_scores=integer_scores, reuse=reuse,
                               progress=lambda m: click.echo(m, err=True))
     if out:
         import json

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from supergrep import __version__
+from supergrep.arrays import tune_malloc_for_serving
 from supergrep.config import Config, load_config
 from supergrep.corpus.languages import language_names
 from supergrep.corpus.walk import WalkRequired
@@ -310,6 +311,7 @@ class Engine:
     def start(self) -> None:
         """Threads up, registered projects watched and caught up (changes made while no daemon
         ran), the default model loading in the background."""
+        tune_malloc_for_serving()
         if self.watcher is not None:
             self.watcher.start()
         for target, name in ((self._update_loop, "sg-updater"), (self._housekeeping_loop, "sg-housekeeping")):

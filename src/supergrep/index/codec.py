@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from supergrep.errors import IndexCorruptError
+from supergrep.index.intmm import MAX_DIM, int_matmul
 
 CODEC_FORMAT = "supergrep-residual-codec"
 CODEC_VERSION = 1
@@ -234,6 +235,67 @@ class ResidualCodec:
         """Mean squared reconstruction error of ``vectors`` (per vector, summed over dims)."""
         codes, packed = self.encode(vectors)
         return float(((self.decode(codes, packed) - vectors) ** 2).sum(axis=1).mean()) if len(vectors) else 0.0
+
+    # ------------------------------------------------------------------ integer scoring
+    def int_levels(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The residual weights as 7-bit integers, for ``intmm.int_matmul``: ``weights[d, b] ~=
+        mid[d] + step[d] * (u[d, b] - 64)`` with ``u`` in [1, 127] (the largest rounding error
+        is step / 2 = 1/252 of the dimension's weight range).
+
+        Returns (table, mid, step): ``table`` holds, per (byte position, byte value), the
+        ``8 / nbits`` values ``u`` of the dimensions that byte packs as one wide unsigned item
+        (uint16 at 4 bits), so one ``take`` decodes a token into uint8 rows; mid, step: (dim,)
+        float32."""
+        got = getattr(self, "_int_levels", None)
+        if got is not None:
+            return got
+        w = self.weights.astype(np.float64)
+        lo, hi = w.min(axis=1), w.max(axis=1)
+        mid = (lo + hi) / 2
+        step = np.where(hi > lo, (hi - lo) / 126, 1.0)
+        u = (np.rint((w - mid[:, None]) / step[:, None]) + 64).astype(np.uint8)  # (dim, levels) in [1, 127]
+        per = 8 // self.nbits
+        u = u.reshape(self.dim // per, per, 1 << self.nbits)
+        t = self._table.astype(np.int64)  # (256, per)
+        vals = np.ascontiguousarray(u[:, np.arange(per)[None, :], t[None, :, :]].reshape(-1, per))
+        table = vals.view(np.dtype(f"<u{per}")).ravel()
+        self._int_levels = (table, mid.astype(np.float32), step.astype(np.float32))
+        return self._int_levels
+
+    def int_query(self, query: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The query side of ``int_levels``: (w8 (dim, q) int8, alpha (q,), offset (q,)) with
+        ``q . residual ~= alpha * (u @ w8) + offset`` for a token's integer levels ``u``.
+        ``query * step`` is rounded per query token to int8 in [-127, 127] (alpha = its largest
+        magnitude / 127)."""
+        _, mid, step = self.int_levels()
+        w = query.astype(np.float32) * step  # (q, dim)
+        alpha = np.maximum(np.abs(w).max(axis=1), 1e-30) / 127
+        w8 = np.rint(w / alpha[:, None]).astype(np.int8)
+        offset = query @ mid - 64 * alpha * w8.sum(axis=1, dtype=np.int64)
+        return np.ascontiguousarray(w8.T), alpha.astype(np.float32), offset.astype(np.float32)
+
+    def centroid_scores(self, query: np.ndarray, integer: bool = True) -> np.ndarray:
+        """(K, q) float32 query-centroid scores ``C Q^T``. ``integer``: through ``int_matmul``
+        with the centroids as 7-bit integers (a scale per centroid) and the query as int8 (a
+        scale per token): one BLAS float32 GEMM was ~7 ms of a 100K-chunk search (16,384
+        centroids), the integer product ~1.5 ms; the scores move by ~1e-3 (docs/benchmarks.md,
+        "Integer re-rank")."""
+        if not integer or self.dim > MAX_DIM:
+            return self.centroids @ query.T  # (K, q) directly: no transposed copy
+        got = getattr(self, "_int_centroids", None)
+        if got is None:
+            c = self.centroids.astype(np.float64)
+            step = np.maximum(np.abs(c).max(axis=1), 1e-30) / 63
+            u = (np.rint(c / step[:, None]) + 64).astype(np.uint8)  # [1, 127]
+            got = self._int_centroids = (u, step.astype(np.float32))
+        u, step = got
+        beta = np.maximum(np.abs(query).max(axis=1), 1e-30) / 127
+        q8 = np.rint(query / beta[:, None]).astype(np.int8)  # (q, dim)
+        y = int_matmul(u, np.ascontiguousarray(q8.T))  # (K, q) int32
+        y -= 64 * q8.sum(axis=1, dtype=np.int32)  # the zero point; |y| < 2**24: exact as float32
+        out = np.multiply(y, step[:, None], dtype=np.float32, casting="unsafe")
+        out *= beta.astype(np.float32)
+        return out
 
     def residual_lut(self, query: np.ndarray) -> np.ndarray:
         """(q, residual_bytes, 256) float32: ``q . residual`` contributed by each packed byte."""

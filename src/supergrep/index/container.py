@@ -16,8 +16,10 @@ v1); a reader refuses a newer version with a one-line error.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import struct
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -83,3 +85,35 @@ def read_container(path: Path, kind: str, max_version: int) -> tuple[dict, dict[
         else:
             arrays[name] = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
     return header.get("meta", {}), arrays
+
+
+_MADV_POPULATE_READ = 22  # Linux >= 5.14 (Python's mmap module names it from 3.13 on)
+
+
+def populate(arrays: list[np.ndarray | None]) -> int:
+    """Map every page of memory-mapped arrays into this process now; returns the bytes covered.
+
+    A search touches a few thousand scattered rows of a segment; the first touch of each page
+    costs a page fault even when the file is in the page cache. On a 100K-chunk index (2.6 GB)
+    gathering 128 fresh candidates took 9.7-12.2 ms this way and 1.4 ms once every page was
+    mapped; MADV_POPULATE_READ maps all 2.6 GB in 0.17 s. Long-lived processes (the daemon,
+    ``bench search``) call this once per segment; a one-shot CLI search does not (it touches
+    ~1% of the pages). Elsewhere (macOS, older kernels) one byte per page is read instead."""
+    done = 0
+    for a in arrays:
+        if a is None or a.size == 0:
+            continue
+        base = a
+        while base is not None and not isinstance(base, mmap.mmap):
+            base = getattr(base, "base", None)
+        if base is None:
+            continue  # in memory already
+        try:
+            if not sys.platform.startswith("linux"):
+                raise OSError("no MADV_POPULATE_READ")
+            base.madvise(_MADV_POPULATE_READ)
+        except (OSError, ValueError, AttributeError):
+            flat = np.asarray(a).reshape(-1).view(np.uint8)
+            int(flat[:: mmap.PAGESIZE].max())  # one read per page
+        done += a.nbytes
+    return done

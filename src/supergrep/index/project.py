@@ -199,6 +199,7 @@ class Index:
             c.n_centroids, c.drift_ratio = index_cfg.centroids, index_cfg.drift_ratio
         if search_cfg is not None:
             c.nprobe, c.candidates, c.rerank = search_cfg.nprobe, search_cfg.ncandidates, search_cfg.rerank
+            c.integer_scores = search_cfg.integer_scores
 
     def close(self) -> None:
         if self._conn is not None:
