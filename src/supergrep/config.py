@@ -91,9 +91,9 @@ class SearchConfig:
     test_penalty: float = _f(0.2, "Hybrid score fusion: subtract this from the fused score of chunks in test code (tests/ dirs, test_*.py, *_test.go, *.spec.ts, ...) unless the query names tests (0: off; chosen on eval/dev, docs/quality.md).")
     cache_bytes: int = _f(0, "Keep up to this many bytes of float32 vectors in memory between queries (long-lived processes: eval, daemon).")
     exact: bool = _f(False, "Score every chunk (no candidate generation), also on a compressed index.")
-    nprobe: int = _f(8, "Compressed store: centroids probed per query token to generate candidates.")
+    nprobe: int = _f(16, "Compressed store: centroids probed per query token to generate candidates (docs/benchmarks.md, \"Integer scoring\").")
     ncandidates: int = _f(0, "Compressed store: candidates scored by centroid interaction (0 skips that stage).")
-    rerank: int = _f(64, "Compressed store: candidates re-ranked with exact MaxSim over the decoded vectors (at least the result count).")
+    rerank: int = _f(128, "Compressed store: candidates re-ranked with exact MaxSim over the decoded vectors (at least the result count).")
     integer_scores: bool = _f(True, "Compressed store: score with 8-bit integer products (query-centroid scores and the re-rank; ~1.5-2x faster searches, scores within ~1e-3 of float32; false: float32).")
 
 
