@@ -279,7 +279,7 @@ class ResidualCodec:
         with the centroids as 7-bit integers (a scale per centroid) and the query as int8 (a
         scale per token): one BLAS float32 GEMM was ~7 ms of a 100K-chunk search (16,384
         centroids), the integer product ~1.5 ms; the scores move by ~1e-3 (docs/benchmarks.md,
-        "Integer re-rank")."""
+        "Integer scoring")."""
         if not integer or self.dim > MAX_DIM:
             return self.centroids @ query.T  # (K, q) directly: no transposed copy
         got = getattr(self, "_int_centroids", None)

@@ -5,7 +5,7 @@ that product and the float32 decode in front of it were ~45% + ~55% of the re-ra
 tokens: 11 ms of BLAS at ~61 GFLOP/s on one core here). As 8-bit integers the decoded tokens take
 a quarter of the bytes and the product runs on the CPU's integer dot-product instructions
 (VNNI on x86, SDOT on ARM): 0.15-0.19 ms per 2,048 tokens against 0.96 ms in float32
-(docs/benchmarks.md, "Integer re-rank").
+(docs/benchmarks.md, "Integer scoring").
 
 ``int_matmul(a, b)`` computes ``a @ b`` exactly in int32 for ``a`` uint8 with values in [0, 127]
 and ``b`` int8 in [-127, 127]. Seven bits on the left keep every pair of products inside int16,
