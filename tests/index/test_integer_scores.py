@@ -110,6 +110,23 @@ def test_integer_centroid_scores_within_the_rounding_bound():
     np.testing.assert_array_equal(codec.centroid_scores(q, integer=False), codec.centroids @ q.T)
 
 
+def test_centroid_scores_split_over_a_helper_thread_are_the_same():
+    """The second half of the centroids on a pool's thread: the same values, bit for bit (an
+    off-by-one at the split would leave a row unwritten or scaled by the other half's step)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(3)
+    k = ResidualCodec.SPLIT_MIN_CENTROIDS + 3  # odd: the halves differ in size
+    codec = ResidualCodec(unit(rng.standard_normal((k, 64))), np.zeros((64, 15), np.float32),
+                          np.zeros((64, 16), np.float32), 4)
+    q = unit(rng.standard_normal((5, 64)))
+    with ThreadPoolExecutor(1) as pool:
+        split = codec.centroid_scores(q, integer=True, pool=pool)
+    whole = codec.centroid_scores(q, integer=True)
+    np.testing.assert_array_equal(split, whole)
+    assert np.abs(whole - codec.centroids @ q.T).max() < 0.02  # and both are the scores
+
+
 @pytest.mark.parametrize("dim,nbits", [(48, 4), (544, 4), (48, 2)])
 def test_store_integer_scores_follow_float_maxsim(tmp_path, dim, nbits):
     """The store's re-rank in integers against float MaxSim over the same decoded vectors: within

@@ -274,12 +274,18 @@ class ResidualCodec:
         offset = query @ mid - 64 * alpha * w8.sum(axis=1, dtype=np.int64)
         return np.ascontiguousarray(w8.T), alpha.astype(np.float32), offset.astype(np.float32)
 
-    def centroid_scores(self, query: np.ndarray, integer: bool = True) -> np.ndarray:
+    # Below this many centroids the integer product runs on the calling thread alone.
+    SPLIT_MIN_CENTROIDS = 2048
+
+    def centroid_scores(self, query: np.ndarray, integer: bool = True, pool=None) -> np.ndarray:
         """(K, q) float32 query-centroid scores ``C Q^T``. ``integer``: through ``int_matmul``
         with the centroids as 7-bit integers (a scale per centroid) and the query as int8 (a
         scale per token): one BLAS float32 GEMM was ~7 ms of a 100K-chunk search (16,384
-        centroids), the integer product ~1.5 ms; the scores move by ~1e-3 (docs/benchmarks.md,
-        "Integer scoring")."""
+        centroids), the integer product ~1.5 ms with VNNI; the scores move by ~1e-3
+        (docs/benchmarks.md, "Integer scoring"). ``pool``: an executor whose thread computes
+        the second half of the centroids' rows (onnxruntime and torch release the GIL): without
+        VNNI (AVX2 only) the product was 8.0-8.6 ms at 16,384 centroids, 3.9-4.0 ms split in two
+        (docs/benchmarks.md, "An AVX2-only machine"). Same values either way."""
         if not integer or self.dim > MAX_DIM:
             return self.centroids @ query.T  # (K, q) directly: no transposed copy
         got = getattr(self, "_int_centroids", None)
@@ -291,10 +297,24 @@ class ResidualCodec:
         u, step = got
         beta = np.maximum(np.abs(query).max(axis=1), 1e-30) / 127
         q8 = np.rint(query / beta[:, None]).astype(np.int8)  # (q, dim)
-        y = int_matmul(u, np.ascontiguousarray(q8.T))  # (K, q) int32
-        y -= 64 * q8.sum(axis=1, dtype=np.int32)  # the zero point; |y| < 2**24: exact as float32
-        out = np.multiply(y, step[:, None], dtype=np.float32, casting="unsafe")
-        out *= beta.astype(np.float32)
+        q8t = np.ascontiguousarray(q8.T)
+        zero = 64 * q8.sum(axis=1, dtype=np.int32)
+        beta32 = beta.astype(np.float32)
+        out = np.empty((len(u), len(query)), np.float32)
+
+        def rows(lo: int, hi: int) -> None:
+            y = int_matmul(u[lo:hi], q8t)  # (rows, q) int32
+            y -= zero  # the zero point; |y| < 2**24: exact as float32
+            np.multiply(y, step[lo:hi, None], out=out[lo:hi], dtype=np.float32, casting="unsafe")
+            out[lo:hi] *= beta32
+
+        half = len(u) // 2 if pool is not None and len(u) >= self.SPLIT_MIN_CENTROIDS else 0
+        if not half:
+            rows(0, len(u))
+            return out
+        second = pool.submit(rows, half, len(u))
+        rows(0, half)
+        second.result()
         return out
 
     def residual_lut(self, query: np.ndarray) -> np.ndarray:
