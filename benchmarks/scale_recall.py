@@ -67,6 +67,8 @@ def one(index_dir: Path, work: Path, cfg: dict, queries: list[np.ndarray], exact
     ResidualCodec.KMEANS_ITERS = cfg.get("niter", ResidualCodec.KMEANS_ITERS)
     if hasattr(ResidualCodec, "LLOYD_ITERS"):  # older trees (A/B runs) have no bucket refinement
         ResidualCodec.LLOYD_ITERS = cfg.get("lloyd", ResidualCodec.LLOYD_ITERS)
+    if "levels" in cfg:
+        ResidualCodec.LEVELS = cfg["levels"]
     from supergrep.index.format import Manifest, connect
 
     shutil.rmtree(work, ignore_errors=True)

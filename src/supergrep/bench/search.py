@@ -28,7 +28,7 @@ import numpy as np
 
 from supergrep.arrays import tune_malloc_for_serving
 from supergrep.index import intmm
-from supergrep.index.codec import ResidualCodec, default_n_centroids
+from supergrep.index.codec import ResidualCodec, default_n_centroids, lloyd_max, uniform_levels
 from supergrep.index.compressed import CompressedStore, CompressSettings
 from supergrep.index.format import connect
 
@@ -68,9 +68,11 @@ def _synthetic_codec(dim: int, n_centroids: int, nbits: int, rng: np.random.Gene
     sigma = math.sqrt(0.37 / dim)
     sample = rng.standard_normal((4096, dim)).astype(np.float32) * sigma
     levels = 1 << nbits
-    cutoffs = np.quantile(sample, np.arange(1, levels) / levels, axis=0).T.astype(np.float32)
-    weights = np.quantile(sample, (np.arange(levels) + 0.5) / levels, axis=0).T.astype(np.float32)
-    return ResidualCodec(centroids, np.ascontiguousarray(cutoffs), np.ascontiguousarray(weights), nbits, 0.37)
+    start = np.quantile(sample, (np.arange(levels) + 0.5) / levels, axis=0).T
+    # the residual levels a real index gets (``ResidualCodec.train``): what the re-rank decodes
+    fit = uniform_levels if ResidualCodec.LEVELS == "uniform" else lloyd_max
+    cutoffs, weights = fit(sample, start, ResidualCodec.LLOYD_ITERS)
+    return ResidualCodec(centroids, cutoffs, weights, nbits, 0.37)
 
 
 def build_synthetic(index_dir: Path, n_chunks: int, dim: int = 384, nbits: int = 2, mean_tokens: float = 139.0,
@@ -160,7 +162,7 @@ def run_search_bench(sizes: list[int], work_dir: Path, queries: int = 100, exact
         say(f"building {n_chunks:,} chunks")
         d = Path(work_dir) / f"synthetic-{n_chunks}"
         build_key = json.dumps({"chunks": n_chunks, "dim": dim, "nbits": nbits, "mean_tokens": mean_tokens, "seed": seed,
-                                "version": 2})
+                                "version": 3, "levels": ResidualCodec.LEVELS})
         stamp = d / "synthetic.json"
         t0 = time.perf_counter()
         reused = reuse and stamp.is_file() and stamp.read_text() == build_key

@@ -144,13 +144,15 @@ class ResidualCodec:
         resid = stats - centroids[assign(stats, centroids)]  # (n, dim)
         levels = 1 << nbits
         weights = np.quantile(resid, (np.arange(levels) + 0.5) / levels, axis=0).T  # (dim, levels)
-        cutoffs, weights = lloyd_max(resid, weights, cls.LLOYD_ITERS)
+        fit = uniform_levels if cls.LEVELS == "uniform" else lloyd_max
+        cutoffs, weights = fit(resid, weights, cls.LLOYD_ITERS)
         codec = cls(centroids, cutoffs, weights, nbits)
         held = sample[np.sort(rng.choice(n, cls.ERROR_ROWS, replace=False))] if n > cls.ERROR_ROWS else sample
         codec.train_error = float(codec.error(held))
         return codec
 
     KMEANS_ITERS = 8  # k-means iterations (the codec's residuals refine what k-means leaves)
+    LEVELS = "lloyd"  # residual levels: "lloyd" (Lloyd-Max) or "uniform" (equally spaced, ``uniform_levels``)
     LLOYD_ITERS = 20  # refinement rounds of each dimension's buckets (``lloyd_max``)
     QUANTILE_ROWS = 32768  # residuals the bucket cutoffs and weights are estimated on
     ERROR_ROWS = 16384  # vectors the reference reconstruction error is measured on
@@ -277,6 +279,34 @@ class ResidualCodec:
     # Below this many centroids the integer product runs on the calling thread alone.
     SPLIT_MIN_CENTROIDS = 2048
 
+    @property
+    def nibble_levels(self) -> bool:
+        """True when every dimension's 16 levels (4 bits) are equally spaced (``uniform_levels``):
+        then a packed byte's two nibbles are the integers the re-rank multiplies, with no decode
+        table (``nibble_query``)."""
+        got = getattr(self, "_nibble", None)
+        if got is None:
+            got = False
+            if self.nbits == 4:
+                d = np.diff(self.weights.astype(np.float64), axis=1)
+                got = bool((d > 0).all() and np.allclose(d, d[:, :1], rtol=1e-3, atol=0))
+            self._nibble = got
+        return got
+
+    def nibble_query(self, query: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The query side of a nibble decode (``nibble_levels`` codecs): (w8 (dim, q) int8, alpha
+        (q,), offset (q,)) with ``q . residual ~= alpha * (k @ w8) + offset``, where ``k`` (n, dim)
+        holds each token's high nibbles (dimensions 0, 2, 4, ...) then its low nibbles (1, 3,
+        5, ...): ``w8``'s rows are in that order. Rounding as in ``int_query``."""
+        w = self.weights.astype(np.float64)
+        step = (w[:, -1] - w[:, 0]) / (w.shape[1] - 1)
+        ws = query.astype(np.float64) * step  # (q, dim)
+        alpha = np.maximum(np.abs(ws).max(axis=1), 1e-30) / 127
+        w8 = np.rint(ws / alpha[:, None]).astype(np.int8)
+        order = np.concatenate([np.arange(0, self.dim, 2), np.arange(1, self.dim, 2)])
+        offset = query.astype(np.float64) @ w[:, 0]
+        return np.ascontiguousarray(w8[:, order].T), alpha.astype(np.float32), offset.astype(np.float32)
+
     def centroid_scores(self, query: np.ndarray, integer: bool = True, pool=None) -> np.ndarray:
         """(K, q) float32 query-centroid scores ``C Q^T``. ``integer``: through ``int_matmul``
         with the centroids as 7-bit integers (a scale per centroid) and the query as int8 (a
@@ -387,6 +417,51 @@ def lloyd_max(resid: np.ndarray, weights: np.ndarray, iters: int) -> tuple[np.nd
             sums = prefix[rows, ends[:, 1:]] - prefix[rows, ends[:, :-1]]
             # an empty bucket keeps its level; sorting keeps the levels (and so the cutoffs) ascending
             w = np.sort(np.where(counts > 0, sums / np.maximum(counts, 1), w), axis=1)
+    cutoffs = np.ascontiguousarray((w[:, 1:] + w[:, :-1]) / 2, dtype=np.float32)
+    return cutoffs, np.ascontiguousarray(w, dtype=np.float32)
+
+
+def uniform_levels(resid: np.ndarray, weights: np.ndarray, iters: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each dimension's scalar quantiser with equally spaced levels ``a + s * k`` (k = 0 ..
+    levels - 1), fitted by Lloyd's algorithm under that constraint: cutoffs halfway between
+    levels, then ``(a, s)`` the least-squares line through the residuals of each bucket against
+    its index. Returns ((dim, levels - 1) cutoffs, (dim, levels) weights) like ``lloyd_max``.
+
+    Why: a code whose level is an affine function of the bucket index decodes without a table
+    (the bucket index itself is the integer the re-rank multiplies; the spacing and offset fold
+    into the query), where Lloyd-Max levels need a per-dimension lookup. ``weights``: starting
+    levels, ascending per row (only their first and last value are used)."""
+    resid = np.asarray(resid, dtype=np.float32)
+    n, dim = resid.shape
+    w0 = np.asarray(weights, dtype=np.float64)
+    levels = w0.shape[1]
+    k = np.arange(levels, dtype=np.float64)
+    a = w0[:, 0].copy()
+    s = np.where(w0[:, -1] > w0[:, 0], (w0[:, -1] - w0[:, 0]) / max(levels - 1, 1), 1e-6)
+    if n and levels > 1:
+        ranked = np.ascontiguousarray(resid.T)
+        ranked.sort(axis=1)
+        prefix = np.zeros((dim, n + 1))
+        np.cumsum(ranked, axis=1, out=prefix[:, 1:])
+        rows = np.arange(dim)[:, None]
+        for _ in range(max(iters, 1)):
+            w = a[:, None] + s[:, None] * k[None, :]
+            cut = ((w[:, 1:] + w[:, :-1]) / 2).astype(np.float32)
+            ends = np.empty((dim, levels + 1), np.int64)
+            ends[:, 0], ends[:, -1] = 0, n
+            for d in range(dim):
+                ends[d, 1:-1] = np.searchsorted(ranked[d], cut[d], side="right")
+            cnt = np.diff(ends, axis=1).astype(np.float64)
+            sums = prefix[rows, ends[:, 1:]] - prefix[rows, ends[:, :-1]]
+            # least squares of x ~ a + s * k over every residual x in bucket k
+            nn, k1, k2 = cnt.sum(1), cnt @ k, cnt @ (k * k)
+            x1, xk = sums.sum(1), sums @ k
+            den = nn * k2 - k1 * k1
+            ok = den > 0
+            s = np.where(ok, (nn * xk - k1 * x1) / np.where(ok, den, 1), s)
+            s = np.maximum(s, 1e-9)
+            a = np.where(nn > 0, (x1 - s * k1) / np.maximum(nn, 1), a)
+    w = a[:, None] + s[:, None] * k[None, :]
     cutoffs = np.ascontiguousarray((w[:, 1:] + w[:, :-1]) / 2, dtype=np.float32)
     return cutoffs, np.ascontiguousarray(w, dtype=np.float32)
 

@@ -487,7 +487,9 @@ class CompressedStore(SegmentStore):
             blocks.append((i, j, t0, int(ends[j - 1])))
             i = j
         pool = helper_pool() if int(ends[-1]) >= self.PARALLEL_MIN_TOKENS and len(blocks) > 1 else None
-        iq = codec.int_query(query) if self.settings.integer_scores and codec.dim <= MAX_DIM else None
+        iq = None
+        if self.settings.integer_scores and codec.dim <= MAX_DIM:
+            iq = (*codec.nibble_query(query), True) if codec.nibble_levels else (*codec.int_query(query), False)
         if pool is None:
             self._score_blocks(blocks, codec, query, st, codes, resid, scale, ends, out, iq)
             return out
@@ -509,20 +511,26 @@ class CompressedStore(SegmentStore):
                       ends: np.ndarray, out: np.ndarray, iq: tuple | None = None) -> None:
         nb = resid.shape[1]
         offsets = self._byte_offsets(nb)
-        table = codec._byte_values if iq is None else codec.int_levels()[0]
+        nibbles = iq is not None and iq[3]
+        table = codec._byte_values if iq is None else None if nibbles else codec.int_levels()[0]
         for i, j, t0, t1 in blocks:
             n = t1 - t0
-            idx = self._work("idx", n * nb, offsets.dtype).reshape(n, nb)
-            np.add(resid[t0:t1], offsets, out=idx, dtype=offsets.dtype)
-            dec = self._work("dec" if iq is None else "deci", n * nb, table.dtype).reshape(n, nb)
-            table.take(idx, out=dec, mode="clip")
+            if nibbles:  # equally spaced levels: the nibbles are the integers (no table, no take)
+                dec = self._work("decn", n * 2 * nb, np.uint8).reshape(n, 2 * nb)
+                np.right_shift(resid[t0:t1], 4, out=dec[:, :nb])
+                np.bitwise_and(resid[t0:t1], 15, out=dec[:, nb:])
+            else:
+                idx = self._work("idx", n * nb, offsets.dtype).reshape(n, nb)
+                np.add(resid[t0:t1], offsets, out=idx, dtype=offsets.dtype)
+                dec = self._work("dec" if iq is None else "deci", n * nb, table.dtype).reshape(n, nb)
+                table.take(idx, out=dec, mode="clip")
             # (token, query token) layout: the centroid scores are added as contiguous rows of
             # st, and each document's max runs down its own block of rows
             sims = self._work("sims", len(query) * n, np.float32).reshape(n, len(query))
             if iq is None:
                 np.matmul(dec.view(np.float32).reshape(n, codec.dim), query.T, out=sims)
             else:
-                w8, alpha, offset = iq
+                w8, alpha, offset, _ = iq
                 y = int_matmul(dec.view(np.uint8).reshape(n, codec.dim), w8)
                 np.multiply(y, alpha, out=sims, dtype=np.float32, casting="unsafe")  # exact: |y| < 2**24
                 sims += offset
