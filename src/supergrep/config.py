@@ -93,7 +93,7 @@ class SearchConfig:
     exact: bool = _f(False, "Score every chunk (no candidate generation), also on a compressed index.")
     nprobe: int = _f(16, "Compressed store: centroids probed per query token to generate candidates (docs/benchmarks.md, \"Integer scoring\").")
     ncandidates: int = _f(0, "Compressed store: candidates scored by centroid interaction (0 skips that stage).")
-    rerank: int = _f(128, "Compressed store: candidates re-ranked with exact MaxSim over the decoded vectors (at least the result count).")
+    rerank: int = _f(160, "Compressed store: candidates re-ranked with exact MaxSim over the decoded vectors (at least the result count; docs/benchmarks.md, \"Equally spaced residual levels\").")
     integer_scores: bool = _f(True, "Compressed store: score with 8-bit integer products (query-centroid scores and the re-rank; ~1.5-2x faster searches, scores within ~1e-3 of float32; false: float32).")
 
 

@@ -616,12 +616,15 @@ def test_training_on_few_points_per_centroid_prints_nothing(capfd):
     assert codec.n_centroids == 32 and "WARNING" not in err + out
 
 
-def test_buckets_are_lloyd_max_quantisers_of_heavy_tailed_residuals():
+@pytest.mark.parametrize("kind", ["lloyd", "uniform"])
+def test_buckets_are_fitted_quantisers_of_heavy_tailed_residuals(monkeypatch, kind):
     """Token-state residuals are heavy-tailed; equal-probability buckets (ColBERTv2's, a bucket's
     median as its level) leave the outer buckets wide. The codec refines them into each
-    dimension's Lloyd-Max quantiser: cutoffs halfway between levels, far less error."""
+    dimension's Lloyd-Max quantiser, or the best equally spaced one (the default, scored from the
+    nibbles): cutoffs halfway between levels, far less error either way."""
     from supergrep.index.codec import assign
 
+    monkeypatch.setattr(ResidualCodec, "LEVELS", kind)
     rng = np.random.default_rng(3)
     centers = unit(rng.standard_normal((8, DIM)))
     x = unit(centers[rng.integers(0, 8, 6000)] + 0.05 * rng.standard_t(3, (6000, DIM)).astype(np.float32))
@@ -633,6 +636,7 @@ def test_buckets_are_lloyd_max_quantisers_of_heavy_tailed_residuals():
     equal = ResidualCodec(codec.centroids, np.quantile(resid, (levels[1:]) / 16, axis=0).T.astype(np.float32),
                           np.quantile(resid, (levels + 0.5) / 16, axis=0).T.astype(np.float32), 4)
     assert codec.error(x) < equal.error(x) / 1.5
+    assert codec.nibble_levels == (kind == "uniform") and not equal.nibble_levels
     # the same bytes and the same decoding: only the bucket tables differ
     assert codec.encode(x)[1].shape == equal.encode(x)[1].shape
 

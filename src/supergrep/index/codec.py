@@ -152,7 +152,10 @@ class ResidualCodec:
         return codec
 
     KMEANS_ITERS = 8  # k-means iterations (the codec's residuals refine what k-means leaves)
-    LEVELS = "lloyd"  # residual levels: "lloyd" (Lloyd-Max) or "uniform" (equally spaced, ``uniform_levels``)
+    # Residual levels of a new codec: "uniform" (equally spaced, ``uniform_levels``: scored from the
+    # nibbles, no decode table) or "lloyd" (Lloyd-Max, ``lloyd_max``). docs/benchmarks.md, "Equally
+    # spaced residual levels".
+    LEVELS = "uniform"
     LLOYD_ITERS = 20  # refinement rounds of each dimension's buckets (``lloyd_max``)
     QUANTILE_ROWS = 32768  # residuals the bucket cutoffs and weights are estimated on
     ERROR_ROWS = 16384  # vectors the reference reconstruction error is measured on

@@ -685,6 +685,10 @@ class CompressedStore(SegmentStore):
         impute = pscores.min(axis=1)  # (q,) the nprobe-th best centroid score
         n_docs, nq = len(view.doc_ids), len(query)
         vals = (pscores - impute[:, None]).astype(np.float32)  # (q, nprobe) >= 0
+        # > 0: a doc reached only through a token's weakest probe (value 0) still sums above 0,
+        # so the touched docs are those with a positive sum (no separate seen-set pass over
+        # every entry: 1.5 ms at 100K chunks). 1e-30 vanishes in every sum that has a real value.
+        np.maximum(vals, np.float32(1e-30), out=vals)
         if not view.segs:
             return np.zeros(0, np.int64), np.zeros(0, np.float32), st
         # Every (query token, probed centroid, doc in its list) entry, token by token: each
@@ -724,15 +728,12 @@ class CompressedStore(SegmentStore):
                 acc.put(d, x)  # a doc listed twice writes the same sum twice
                 cur.put(d, 0.0)
                 t0 = t1
-            seen = self._scratch("seen", n_docs, bool)
-            seen[docs] = True
-            cand = np.flatnonzero(seen[:n_docs])
-            seen[cand] = False
+            cand = np.flatnonzero(acc[:n_docs] > 0)
             scores = (acc[cand] + float(impute.sum())).astype(np.float32)
             acc[cand] = 0.0
         except BaseException:
             # an interrupted merge would leave the scratch dirty for this thread's next query
-            for name in ("cur", "acc", "seen"):
+            for name in ("cur", "acc"):
                 setattr(self._local, name, None)
             raise
         ok = keep[cand]
