@@ -431,27 +431,30 @@ class CompressedStore(SegmentStore):
 
     def _gather(self, view: _View, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(codes, residuals, lengths, scales (float32; 1 in a version-1 segment)) of the tokens of
-        global docs, in the order given."""
+        global docs, in the order given.
+
+        A doc's tokens are one contiguous run of its segment, so each is copied as a slice: 160
+        random stdlib docs 2.67 -> 1.74 ms against fancy indexing by per-token ``_ranges``
+        (which gathered into a temporary and scattered that into place)."""
         seg_of = np.searchsorted(view.base, docs, side="right") - 1
-        groups = [(si, np.flatnonzero(seg_of == si)) for si in np.unique(seg_of)]
-        lengths = np.zeros(len(docs), np.int64)
-        for si, sel in groups:
-            lengths[sel] = view.segs[si].layout[docs[sel] - view.base[si], 2]
-        out_starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        lay = np.empty((len(docs), 2), np.int64)  # (first token, length) in its segment
+        for si in np.unique(seg_of):
+            sel = np.flatnonzero(seg_of == si)
+            lay[sel] = view.segs[si].layout[docs[sel] - view.base[si], 1:3]
+        lengths = lay[:, 1].copy()
         total = int(lengths.sum())
         rb = view.segs[0].resid.shape[1] if view.segs else 0
         dtype = view.segs[0].codes.dtype if view.segs else np.uint16
         codes = np.empty(total, dtype)
         resid = np.empty((total, rb), np.uint8)
         scale = np.empty(total, np.float32)
-        for si, sel in groups:
+        o = 0
+        for si, (s, n) in zip(seg_of.tolist(), lay.tolist(), strict=True):
             seg = view.segs[si]
-            lay = seg.layout[docs[sel] - view.base[si]]
-            src = _ranges(lay[:, 1], lay[:, 2])
-            dst = _ranges(out_starts[sel], lay[:, 2])
-            codes[dst] = seg.codes[src]
-            resid[dst] = seg.resid[src]
-            scale[dst] = 1.0 if seg.scale is None else seg.scale[src]
+            codes[o : o + n] = seg.codes[s : s + n]
+            resid[o : o + n] = seg.resid[s : s + n]
+            scale[o : o + n] = 1.0 if seg.scale is None else seg.scale[s : s + n]
+            o += n
         return codes, resid, lengths, scale
 
     def _decode_docs(self, view: _View, codec: ResidualCodec, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
