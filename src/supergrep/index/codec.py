@@ -3,12 +3,16 @@ per dimension.
 
 A vector ``x`` is stored as the id of its nearest centroid ``c`` (by inner product, the vectors
 are unit length) and, per dimension ``d``, the bucket of ``x[d] - c[d]`` among ``2**nbits``
-buckets. It is decoded as ``c[d] + weight[d, bucket]``. Each dimension's buckets are a
-Lloyd-Max scalar quantiser of that dimension's residuals on the training sample (``lloyd_max``:
-started from equal-probability buckets, ColBERTv2's, then refined so each weight is the mean of
-its bucket and each cutoff lies halfway between weights: 3.1x less reconstruction error on
-heavy-tailed token states). Per-dimension buckets (ColBERTv2 uses one set for all dimensions)
-matter for raw transformer token states, whose dimensions have very different spreads.
+buckets. It is decoded as ``c[d] + weight[d, bucket]``. Each dimension's buckets are a scalar
+quantiser fitted to that dimension's residuals on the training sample, started from
+equal-probability buckets (ColBERTv2's) and refined by Lloyd's algorithm: by default with
+equally spaced weights (``uniform_levels``: a 4-bit bucket index is then itself the integer the
+re-rank multiplies, read from the packed nibbles with no decode table), or as a free Lloyd-Max
+quantiser (``lloyd_max``, ``ResidualCodec.LEVELS = "lloyd"``, the default before 2026-11-27:
+1.3x less reconstruction error, but a table lookup per byte to decode). Either has ~3x less
+error than the equal-probability buckets on heavy-tailed token states. Per-dimension buckets
+(ColBERTv2 uses one set for all dimensions) matter for raw transformer token states, whose
+dimensions have very different spreads.
 
 Bits are packed most significant first, ``8 / nbits`` dimensions per byte, so a 384-d vector
 takes 48 bytes at 1 bit plus its centroid id. The inner product of a query vector with a stored
