@@ -386,6 +386,38 @@ class ResidualCodec:
                    np.asarray(m["weights"], np.float32), int(m["nbits"]), float(m.get("train_error", 0.0)))
 
 
+class _SortedResiduals:
+    """Each dimension's residuals sorted once, with prefix sums: a Lloyd round is then a few
+    binary searches per dimension and differences of prefix sums (a pass over the residuals per
+    round took ~1 s of a conversion per round)."""
+
+    def __init__(self, resid: np.ndarray):
+        self.n, self.dim = resid.shape
+        self.ranked = np.ascontiguousarray(resid.T)  # (dim, n): each dimension's residuals, sorted
+        self.ranked.sort(axis=1)
+        self.prefix = np.zeros((self.dim, self.n + 1))
+        np.cumsum(self.ranked, axis=1, out=self.prefix[:, 1:])
+        self.rows = np.arange(self.dim)[:, None]
+
+    def buckets(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(counts, sums), each (dim, levels): the residuals in each bucket of the quantiser with
+        levels ``w`` and cutoffs halfway between them."""
+        cut = ((w[:, 1:] + w[:, :-1]) / 2).astype(np.float32)  # as the codec stores and compares them
+        # a value is in bucket t when cut[t - 1] < value <= cut[t] (pack's count of cutoffs below it)
+        ends = np.empty((self.dim, w.shape[1] + 1), np.int64)
+        ends[:, 0], ends[:, -1] = 0, self.n
+        for d in range(self.dim):
+            ends[d, 1:-1] = np.searchsorted(self.ranked[d], cut[d], side="right")
+        sums = self.prefix[self.rows, ends[:, 1:]] - self.prefix[self.rows, ends[:, :-1]]
+        return np.diff(ends, axis=1), sums
+
+
+def _quantiser(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(cutoffs halfway between levels, levels), float32, as the codec stores them."""
+    cutoffs = np.ascontiguousarray((w[:, 1:] + w[:, :-1]) / 2, dtype=np.float32)
+    return cutoffs, np.ascontiguousarray(w, dtype=np.float32)
+
+
 def lloyd_max(resid: np.ndarray, weights: np.ndarray, iters: int) -> tuple[np.ndarray, np.ndarray]:
     """Each dimension's scalar quantiser refined by Lloyd's algorithm (the 1-D k-means of Lloyd
     1982 / Max 1960): cutoffs halfway between neighbouring levels, each level the mean of the
@@ -402,30 +434,14 @@ def lloyd_max(resid: np.ndarray, weights: np.ndarray, iters: int) -> tuple[np.nd
     ``weights``: (dim, levels) starting levels, ascending per row (e.g. bucket quantiles).
     """
     resid = np.asarray(resid, dtype=np.float32)
-    n, dim = resid.shape
     w = np.array(weights, dtype=np.float64)
-    levels = w.shape[1]
-    if n and levels > 1 and iters > 0:
-        # Sorted once: each round is then a few binary searches per dimension and differences of
-        # prefix sums (a pass over the residuals per round took ~1 s of a conversion per round).
-        ranked = np.ascontiguousarray(resid.T)  # (dim, n): each dimension's residuals, sorted
-        ranked.sort(axis=1)
-        prefix = np.zeros((dim, n + 1))
-        np.cumsum(ranked, axis=1, out=prefix[:, 1:])
-        rows = np.arange(dim)[:, None]
+    if len(resid) and w.shape[1] > 1 and iters > 0:
+        data = _SortedResiduals(resid)
         for _ in range(iters):
-            cut = ((w[:, 1:] + w[:, :-1]) / 2).astype(np.float32)  # as the codec stores and compares them
-            # a value is in bucket t when cut[t - 1] < value <= cut[t] (pack's count of cutoffs below it)
-            ends = np.empty((dim, levels + 1), np.int64)
-            ends[:, 0], ends[:, -1] = 0, n
-            for d in range(dim):
-                ends[d, 1:-1] = np.searchsorted(ranked[d], cut[d], side="right")
-            counts = np.diff(ends, axis=1)
-            sums = prefix[rows, ends[:, 1:]] - prefix[rows, ends[:, :-1]]
+            counts, sums = data.buckets(w)
             # an empty bucket keeps its level; sorting keeps the levels (and so the cutoffs) ascending
             w = np.sort(np.where(counts > 0, sums / np.maximum(counts, 1), w), axis=1)
-    cutoffs = np.ascontiguousarray((w[:, 1:] + w[:, :-1]) / 2, dtype=np.float32)
-    return cutoffs, np.ascontiguousarray(w, dtype=np.float32)
+    return _quantiser(w)
 
 
 def uniform_levels(resid: np.ndarray, weights: np.ndarray, iters: int) -> tuple[np.ndarray, np.ndarray]:
@@ -436,41 +452,27 @@ def uniform_levels(resid: np.ndarray, weights: np.ndarray, iters: int) -> tuple[
 
     Why: a code whose level is an affine function of the bucket index decodes without a table
     (the bucket index itself is the integer the re-rank multiplies; the spacing and offset fold
-    into the query), where Lloyd-Max levels need a per-dimension lookup. ``weights``: starting
-    levels, ascending per row (only their first and last value are used)."""
+    into the query), where Lloyd-Max levels need a per-dimension lookup: half of the re-rank's
+    time on an AVX2 CPU (docs/benchmarks.md, "Equally spaced residual levels"). ``weights``:
+    starting levels, ascending per row (only their first and last value are used)."""
     resid = np.asarray(resid, dtype=np.float32)
-    n, dim = resid.shape
     w0 = np.asarray(weights, dtype=np.float64)
-    levels = w0.shape[1]
-    k = np.arange(levels, dtype=np.float64)
+    k = np.arange(w0.shape[1], dtype=np.float64)
     a = w0[:, 0].copy()
-    s = np.where(w0[:, -1] > w0[:, 0], (w0[:, -1] - w0[:, 0]) / max(levels - 1, 1), 1e-6)
-    if n and levels > 1:
-        ranked = np.ascontiguousarray(resid.T)
-        ranked.sort(axis=1)
-        prefix = np.zeros((dim, n + 1))
-        np.cumsum(ranked, axis=1, out=prefix[:, 1:])
-        rows = np.arange(dim)[:, None]
+    s = np.where(w0[:, -1] > w0[:, 0], (w0[:, -1] - w0[:, 0]) / max(len(k) - 1, 1), 1e-6)
+    if len(resid) and len(k) > 1:
+        data = _SortedResiduals(resid)
         for _ in range(max(iters, 1)):
-            w = a[:, None] + s[:, None] * k[None, :]
-            cut = ((w[:, 1:] + w[:, :-1]) / 2).astype(np.float32)
-            ends = np.empty((dim, levels + 1), np.int64)
-            ends[:, 0], ends[:, -1] = 0, n
-            for d in range(dim):
-                ends[d, 1:-1] = np.searchsorted(ranked[d], cut[d], side="right")
-            cnt = np.diff(ends, axis=1).astype(np.float64)
-            sums = prefix[rows, ends[:, 1:]] - prefix[rows, ends[:, :-1]]
+            counts, sums = data.buckets(a[:, None] + s[:, None] * k[None, :])
+            cnt = counts.astype(np.float64)
             # least squares of x ~ a + s * k over every residual x in bucket k
             nn, k1, k2 = cnt.sum(1), cnt @ k, cnt @ (k * k)
             x1, xk = sums.sum(1), sums @ k
             den = nn * k2 - k1 * k1
             ok = den > 0
-            s = np.where(ok, (nn * xk - k1 * x1) / np.where(ok, den, 1), s)
-            s = np.maximum(s, 1e-9)
+            s = np.maximum(np.where(ok, (nn * xk - k1 * x1) / np.where(ok, den, 1), s), 1e-9)
             a = np.where(nn > 0, (x1 - s * k1) / np.maximum(nn, 1), a)
-    w = a[:, None] + s[:, None] * k[None, :]
-    cutoffs = np.ascontiguousarray((w[:, 1:] + w[:, :-1]) / 2, dtype=np.float32)
-    return cutoffs, np.ascontiguousarray(w, dtype=np.float32)
+    return _quantiser(a[:, None] + s[:, None] * k[None, :])
 
 
 def assign(vectors: np.ndarray, centroids: np.ndarray) -> np.ndarray:
