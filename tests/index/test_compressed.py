@@ -395,8 +395,12 @@ def reference_candidates(s, conn, q):
     return {g: v + impute_total for g, v in out.items()}
 
 
+@pytest.mark.parametrize("dense", [True, False], ids=["dense", "sparse"])
 @pytest.mark.parametrize("cuts", [[], [150], [100, 101, 250]])  # one to four segments
-def test_candidate_generation_equals_the_reference(tmp_path, data, cuts):
+def test_candidate_generation_equals_the_reference(tmp_path, data, cuts, dense, monkeypatch):
+    """Both ways of summing (every doc at once, or only the touched ones) give the reference's
+    candidates and scores; docs under several probed centroids of one token get their best."""
+    monkeypatch.setattr(CompressedStore, "DENSE_DOCS_PER_ENTRY", 10**9 if dense else 0)
     docs, _, codec = data
     s, conn = new_store(tmp_path, codec, nprobe=3)
     ids = list(docs)
@@ -410,11 +414,13 @@ def test_candidate_generation_equals_the_reference(tmp_path, data, cuts):
         np.testing.assert_allclose(approx, [want[int(g)] for g in got], rtol=1e-5, atol=1e-5)
 
 
-def test_an_interrupted_candidate_merge_leaves_no_dirty_scratch(tmp_path, data, monkeypatch):
+@pytest.mark.parametrize("dense", [True, False], ids=["dense", "sparse"])
+def test_an_interrupted_candidate_merge_leaves_no_dirty_scratch(tmp_path, data, monkeypatch, dense):
     """The merge's doc-sized buffers are reused zeroed across queries; an interrupt in the middle
     (Ctrl-C, a daemon thread cancelled) must not leak its partial sums into the next query."""
     from supergrep.index import compressed as C
 
+    monkeypatch.setattr(CompressedStore, "DENSE_DOCS_PER_ENTRY", 10**9 if dense else 0)
     docs, _, codec = data
     s, conn = new_store(tmp_path, codec, nprobe=3)
     tx(conn, s.add, list(docs), list(docs.values()))
@@ -422,24 +428,43 @@ def test_an_interrupted_candidate_merge_leaves_no_dirty_scratch(tmp_path, data, 
     view, _ = s._view_for(conn)
     want = s._candidates(view, codec, q, view.live)
 
-    class Interrupting:
-        def __call__(self, *a, **kw):
-            return np.maximum(*a, **kw)
+    calls = []
 
-        def at(self, buf, idx, vals):
-            np.maximum.at(buf, idx, vals)  # partial work lands in the scratch, then:
-            raise KeyboardInterrupt
+    def interrupting_add(*a, **kw):  # the dense sum of the first token lands in the scratch, then:
+        np.add(*a, **kw)
+        raise KeyboardInterrupt
 
     class NumPy:
-        maximum = Interrupting()
+        add = staticmethod(interrupting_add)
 
         def __getattr__(self, name):
             return getattr(np, name)
+
+    if not dense:  # the sparse sums: the first token's take, add and put land, then the interrupt
+        real_put = np.ndarray.put
+
+        def put_then_interrupt(buf, idx, vals):
+            real_put(buf, idx, vals)
+            calls.append(1)
+            if len(calls) == 2:  # cur's best values, then acc's sums
+                raise KeyboardInterrupt
+
+        class NumPy:  # noqa: F811 - the sparse variant of the patched module
+            def __getattr__(self, name):
+                return getattr(np, name)
+
+        class Buf(np.ndarray):
+            put = put_then_interrupt
+
+        real_scratch = CompressedStore._scratch
+        monkeypatch.setattr(CompressedStore, "_scratch", lambda self, *a: real_scratch(self, *a).view(Buf))
 
     monkeypatch.setattr(C, "np", NumPy())
     with pytest.raises(KeyboardInterrupt):
         s._candidates(view, codec, other * 4, view.live)  # larger values than q's
     monkeypatch.setattr(C, "np", np)
+    monkeypatch.undo()
+    monkeypatch.setattr(CompressedStore, "DENSE_DOCS_PER_ENTRY", 10**9 if dense else 0)
     got = s._candidates(view, codec, q, view.live)
     assert got[0].tolist() == want[0].tolist()
     np.testing.assert_array_equal(got[1], want[1])

@@ -505,6 +505,10 @@ class CompressedStore(SegmentStore):
         half.result()
         return out
 
+    # Candidate generation sums every doc densely while the index has at most this many docs per
+    # (query token's) entry; sparse random access beyond (see ``_candidates``).
+    DENSE_DOCS_PER_ENTRY = 128
+
     # Below this many candidate tokens a re-rank runs on the calling thread alone (the hand-off
     # costs more than it saves).
     PARALLEL_MIN_TOKENS = 4096
@@ -685,7 +689,11 @@ class CompressedStore(SegmentStore):
         nprobe = max(1, min(self.settings.nprobe, st.shape[0]))
         probes = top_per_column(st, nprobe)  # (q, nprobe)
         pscores = st[probes, np.arange(len(query))[:, None]]
-        impute = pscores.min(axis=1)  # (q,) the nprobe-th best centroid score
+        # each token's probes in ascending score order: a doc's entries of one token then come
+        # weakest first, so a plain ``put`` (sequential: the last write wins) leaves its best
+        order = np.argsort(pscores, axis=1, kind="stable")
+        probes, pscores = np.take_along_axis(probes, order, 1), np.take_along_axis(pscores, order, 1)
+        impute = pscores[:, 0]  # (q,) the nprobe-th best centroid score
         n_docs, nq = len(view.doc_ids), len(query)
         vals = (pscores - impute[:, None]).astype(np.float32)  # (q, nprobe) >= 0
         # > 0: a doc reached only through a token's weakest probe (value 0) still sums above 0,
@@ -715,28 +723,40 @@ class CompressedStore(SegmentStore):
                 n = lens[:, si, :].ravel()
                 docs[_ranges(slots[:, si, :].ravel(), n)] = seg.ivf[_ranges(firsts[si], n)] + view.base[si]
         evals = np.repeat(np.broadcast_to(vals[:, None, :], lens.shape).ravel(), flat)
-        # One query token at a time into doc-sized scratch (kept zeroed between calls): its
-        # best value per doc, then the running sum. A (token x doc) grid for all tokens at once
-        # (12.8 MB at 100K docs) cost ~5 ms of random access per query, this ~2 ms; the float64
-        # sums still add each doc's tokens in token order (the grid's scores, bit for bit).
+        # One query token at a time into doc-sized float32 scratch (kept zeroed between calls):
+        # its best value per doc by an ordered ``put``, then added to the running sums. Dense
+        # (every doc's sum += its value, 0 for the untouched) where the index is not much larger
+        # than a token's entries: one SIMD pass instead of three random-access ones (1M chunks,
+        # ~21K entries a token: 47.6 -> 14.3 ms; 100K: 6.3 -> 4.1; stdlib 2.2 -> 1.35 ms; float64
+        # sums of float32 values ran 4x slower, a mixed-type loop). Sparse otherwise (take, add,
+        # put). float32 sums are within ~1e-6 of float64 ones (at most 32 terms below ~2 each).
+        entries = int(ends[-1]) if len(ends) else 0
+        dense = n_docs <= self.DENSE_DOCS_PER_ENTRY * max(entries // max(nq, 1), 1)
         try:
             cur = self._scratch("cur", n_docs, np.float32)
-            acc = self._scratch("acc", n_docs, np.float64)
+            acc = self._scratch("acc32", n_docs, np.float32)
+            cur_n, acc_n = cur[:n_docs], acc[:n_docs]
             t0 = 0
             for t1 in ends.reshape(nq, -1)[:, -1].tolist():
                 d = docs[t0:t1]
-                np.maximum.at(cur, d, evals[t0:t1])  # a doc under several probed centroids: its best
-                x = acc.take(d)
-                x += cur.take(d)
-                acc.put(d, x)  # a doc listed twice writes the same sum twice
+                cur.put(d, evals[t0:t1])  # a doc under several probed centroids: its best (the last)
+                if dense:
+                    np.add(acc_n, cur_n, out=acc_n)
+                else:
+                    x = acc.take(d)
+                    x += cur.take(d)
+                    acc.put(d, x)  # a doc listed twice writes the same sum twice
                 cur.put(d, 0.0)
                 t0 = t1
-            cand = np.flatnonzero(acc[:n_docs] > 0)
-            scores = (acc[cand] + float(impute.sum())).astype(np.float32)
-            acc[cand] = 0.0
+            cand = np.flatnonzero(acc_n > 0)
+            scores = (acc_n[cand].astype(np.float64) + float(impute.sum())).astype(np.float32)
+            if dense:
+                acc_n.fill(0.0)
+            else:
+                acc[cand] = 0.0
         except BaseException:
             # an interrupted merge would leave the scratch dirty for this thread's next query
-            for name in ("cur", "acc"):
+            for name in ("cur", "acc32"):
                 setattr(self._local, name, None)
             raise
         ok = keep[cand]
