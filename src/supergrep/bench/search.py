@@ -28,7 +28,7 @@ import numpy as np
 
 from supergrep.arrays import tune_malloc_for_serving
 from supergrep.index import intmm
-from supergrep.index.codec import ResidualCodec, default_n_centroids, lloyd_max, uniform_levels
+from supergrep.index.codec import ResidualCodec, default_n_centroids
 from supergrep.index.compressed import CompressedStore, CompressSettings
 from supergrep.index.format import connect
 
@@ -70,8 +70,7 @@ def _synthetic_codec(dim: int, n_centroids: int, nbits: int, rng: np.random.Gene
     levels = 1 << nbits
     start = np.quantile(sample, (np.arange(levels) + 0.5) / levels, axis=0).T
     # the residual levels a real index gets (``ResidualCodec.train``): what the re-rank decodes
-    fit = uniform_levels if ResidualCodec.LEVELS == "uniform" else lloyd_max
-    cutoffs, weights = fit(sample, start, ResidualCodec.LLOYD_ITERS)
+    cutoffs, weights = ResidualCodec.fit_levels(sample, start)
     return ResidualCodec(centroids, cutoffs, weights, nbits, 0.37)
 
 

@@ -148,12 +148,18 @@ class ResidualCodec:
         resid = stats - centroids[assign(stats, centroids)]  # (n, dim)
         levels = 1 << nbits
         weights = np.quantile(resid, (np.arange(levels) + 0.5) / levels, axis=0).T  # (dim, levels)
-        fit = uniform_levels if cls.LEVELS == "uniform" else lloyd_max
-        cutoffs, weights = fit(resid, weights, cls.LLOYD_ITERS)
+        cutoffs, weights = cls.fit_levels(resid, weights)
         codec = cls(centroids, cutoffs, weights, nbits)
         held = sample[np.sort(rng.choice(n, cls.ERROR_ROWS, replace=False))] if n > cls.ERROR_ROWS else sample
         codec.train_error = float(codec.error(held))
         return codec
+
+    @classmethod
+    def fit_levels(cls, resid: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(cutoffs, weights) of the kind of residual levels new codecs get (``LEVELS``), refined
+        from ``start`` ((dim, levels), ascending) on the sample ``resid``."""
+        fit = uniform_levels if cls.LEVELS == "uniform" else lloyd_max
+        return fit(resid, start, cls.LLOYD_ITERS)
 
     KMEANS_ITERS = 8  # k-means iterations (the codec's residuals refine what k-means leaves)
     # Residual levels of a new codec: "uniform" (equally spaced, ``uniform_levels``: scored from the

@@ -447,17 +447,20 @@ class CompressedStore(SegmentStore):
         return seg_of.tolist(), lay
 
     @staticmethod
-    def _copy_runs(view: _View, seg_of: list[int], lay: list, codes: np.ndarray, resid: np.ndarray,
-                   scale: np.ndarray) -> None:
+    def _copy_runs(view: _View, seg_of: list[int], lay: list, codes: np.ndarray, resid: np.ndarray | None = None,
+                   scale: np.ndarray | None = None) -> None:
         """Each doc's contiguous token run copied as a slice into the next rows of the outputs
-        (160 random stdlib docs: 1.74 ms against 2.67 for fancy indexing by per-token ranges,
-        which gathered into a temporary and scattered that into place)."""
+        (``resid`` and ``scale`` optional) (160 random stdlib docs: 1.74 ms against 2.67 for
+        fancy indexing by per-token ranges, which gathered into a temporary and scattered that
+        into place)."""
         o = 0
         for si, (s, n) in zip(seg_of, lay, strict=True):
             seg = view.segs[si]
             codes[o : o + n] = seg.codes[s : s + n]
-            resid[o : o + n] = seg.resid[s : s + n]
-            scale[o : o + n] = 1.0 if seg.scale is None else seg.scale[s : s + n]
+            if resid is not None:
+                resid[o : o + n] = seg.resid[s : s + n]
+            if scale is not None:
+                scale[o : o + n] = 1.0 if seg.scale is None else seg.scale[s : s + n]
             o += n
 
     def _gather(self, view: _View, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -510,9 +513,7 @@ class CompressedStore(SegmentStore):
             blocks.append((i, j, t0, int(ends[j - 1])))
             i = j
         pool = helper_pool() if int(ends[-1]) >= self.PARALLEL_MIN_TOKENS and len(blocks) > 1 else None
-        iq = None
-        if self.settings.integer_scores and codec.dim <= MAX_DIM:
-            iq = (*codec.nibble_query(query), True) if codec.nibble_levels else (*codec.int_query(query), False)
+        iq = self._query_ints(codec, query)
         if pool is None:
             self._score_blocks(blocks, codec, query, st, view, runs, ends, out, iq)
             return out
@@ -574,6 +575,19 @@ class CompressedStore(SegmentStore):
             starts = np.concatenate([[0], ends[i : j - 1] - t0]).astype(np.int64)
             out[i:j] = np.maximum.reduceat(sims, starts, axis=0).sum(axis=1)
 
+    def _query_ints(self, codec: ResidualCodec, query: np.ndarray) -> tuple | None:
+        """The query's side of the integer re-rank, (w8, alpha, offset, nibbles) (None: float32),
+        remembered for the thread's last query like ``_centroid_scores``: hybrid fusion scores one
+        query's candidates in several rounds."""
+        if not self.settings.integer_scores or codec.dim > MAX_DIM:
+            return None
+        last = getattr(self._local, "query_ints", None)
+        if last is not None and last[0] is codec and last[1].shape == query.shape and np.array_equal(last[1], query):
+            return last[2]
+        iq = (*codec.nibble_query(query), True) if codec.nibble_levels else (*codec.int_query(query), False)
+        self._local.query_ints = (codec, query.copy(), iq)
+        return iq
+
     def _centroid_scores(self, codec: ResidualCodec, query: np.ndarray, st: np.ndarray | None = None) -> np.ndarray:
         """(K, q) query-centroid scores, remembered for the thread's last query: hybrid fusion
         scores one query's candidates in several rounds (``Searcher._fuse_exactly``), and each
@@ -603,18 +617,10 @@ class CompressedStore(SegmentStore):
 
     def _codes_of(self, view: _View, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(centroid ids, lengths) of the tokens of global docs, in the order given (no residuals)."""
-        seg_of = np.searchsorted(view.base, docs, side="right") - 1
-        lengths = np.zeros(len(docs), np.int64)
-        parts = []
-        for si in np.unique(seg_of):
-            sel = np.flatnonzero(seg_of == si)
-            lay = view.segs[si].layout[docs[sel] - view.base[si]]
-            lengths[sel] = lay[:, 2]
-            parts.append((sel, lay))
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        seg_of, lay = self._runs(view, docs)
+        lengths = lay[:, 1].copy()
         codes = np.empty(int(lengths.sum()), np.int64)
-        for (sel, lay), si in zip(parts, np.unique(seg_of), strict=True):
-            codes[_ranges(starts[sel], lay[:, 2])] = view.segs[si].codes[_ranges(lay[:, 1], lay[:, 2])]
+        self._copy_runs(view, seg_of, lay.tolist(), codes)
         return codes, lengths
 
     def _centroid_interaction(self, view: _View, st: np.ndarray, docs: np.ndarray) -> np.ndarray:
@@ -877,7 +883,8 @@ class CompressedStore(SegmentStore):
         for seg in view.segs:
             done += populate([seg.codes, seg.resid, seg.scale, seg.ivf, seg.layout])
         if self.settings.integer_scores and codec.dim <= MAX_DIM:
-            codec.int_levels()
+            if not codec.nibble_levels:  # equally spaced levels are read from the nibbles, no table
+                codec.int_levels()
             codec.centroid_scores(np.ones((1, codec.dim), np.float32), integer=True)
         return {"bytes": done, "seconds": time.perf_counter() - t0}
 
