@@ -71,7 +71,8 @@ class EncodeConfig:
 class IndexConfig:
     store: str = _f("auto", "Vector store: exact (float16), compressed (centroid + residual codes, candidate generation; docs/architecture.md), or auto (exact until compress_above vectors, then compressed).")
     compress_above: int = _f(500_000, "With store = auto: convert the index to the compressed store once it holds this many token vectors.")
-    nbits: int = _f(4, "Compressed store: residual bits per dimension (1, 2 or 4).")
+    nbits: int = _f(4, "Compressed store: residual bits per coded component (1, 2 or 4).")
+    components: int = _f(0, "Compressed store: 0 codes every dimension of a token's residual; N > 0 codes its coordinates on the residuals' N principal axes (a multiple of 8; docs/benchmarks.md, \"Rotated residuals\").")
     pool_factor: float = _f(1.0, "Compressed store: merge similar document tokens to about n / pool_factor vectors (1 = off).")
     centroids: int = _f(0, "Compressed store: number of k-means centroids; 0 picks from the index size.")
     drift_ratio: float = _f(1.5, "Compressed store: fit new centroids for a batch whose reconstruction error exceeds this multiple of the training error.")
@@ -149,8 +150,19 @@ def apply_overrides(cfg: Config, data: dict, path: Path) -> Config:
                 raise ConfigError(
                     f"{path}: unknown key '{name}' in [{section}] (known: {', '.join(names)})"
                 )
-            setattr(sub, name, _coerce(section, name, value, getattr(sub, name), path))
+            value = _coerce(section, name, value, getattr(sub, name), path)
+            check = _VALUE_CHECKS.get((section, name))
+            if check is not None and not check[0](value):
+                raise ConfigError(f"{path}: [{section}] {name} must be {check[1]}, got {value!r}")
+            setattr(sub, name, value)
     return cfg
+
+
+# Values a type check does not catch and that would otherwise fail only deep in an index build.
+_VALUE_CHECKS = {
+    ("index", "nbits"): (lambda v: v in (1, 2, 4), "1, 2 or 4"),
+    ("index", "components"): (lambda v: v >= 0 and v % 8 == 0, "0 or a positive multiple of 8"),
+}
 
 
 def load_config(root: Path | None = None, extra: Path | None = None) -> Config:

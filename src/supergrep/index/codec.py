@@ -26,17 +26,13 @@ scikit-learn's MiniBatchKMeans, which would also pull SciPy.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from supergrep.errors import IndexCorruptError
 from supergrep.index.intmm import MAX_DIM, int_matmul
 
-CODEC_FORMAT = "supergrep-residual-codec"
-CODEC_VERSION = 1
 NBITS = (1, 2, 4)
 
 
@@ -66,12 +62,19 @@ class ResidualCodec:
 
     Attributes:
         centroids: (K, dim) float32 unit rows.
-        cutoffs: (dim, 2**nbits - 1) float32 bucket boundaries of each dimension's residual.
-        weights: (dim, 2**nbits) float32 decoded residual of each bucket.
+        cutoffs: (rdim, 2**nbits - 1) float32 bucket boundaries of each coded component.
+        weights: (rdim, 2**nbits) float32 decoded value of each bucket.
         nbits: 1, 2 or 4.
         train_error: Mean squared reconstruction error on the training sample (the drift
             reference: new vectors decoding much worse than this mean the centroids no longer
             fit the data).
+        rotation: None (the residual's own dimensions are coded, rdim = dim) or (dim, rdim)
+            float32 orthonormal columns: the residual's principal axes, largest variance first
+            (``principal_axes``). The codec then quantises ``rdim`` coordinates of the residual in
+            that basis and drops the rest: the residuals of transformer token states are
+            anisotropic (on the stdlib minilm-l3 index the top 128 of 384 axes hold 72% of their
+            variance), so at equal bytes spending them on the strong axes keeps more of each
+            vector (docs/benchmarks.md, "Rotated residuals").
     """
 
     centroids: np.ndarray
@@ -79,12 +82,17 @@ class ResidualCodec:
     weights: np.ndarray
     nbits: int
     train_error: float = 0.0
+    rotation: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self._table = _decode_table(self.nbits)
         # (residual_bytes * 256, 8 // nbits): the decoded residual values each byte stands for.
+        if self.rotation is not None:
+            self.rotation = np.ascontiguousarray(self.rotation, dtype=np.float32)
+            if self.rotation.shape != (self.dim, len(self.weights)) or len(self.weights) > self.dim:
+                raise ValueError(f"rotation {self.rotation.shape} does not map {self.dim} dimensions to {len(self.weights)}")
         per = 8 // self.nbits
-        w = self.weights.reshape(self.dim // per, per, 1 << self.nbits)  # (bytes, per, levels)
+        w = self.weights.reshape(self.rdim // per, per, 1 << self.nbits)  # (bytes, per, levels)
         t = self._table.astype(np.int64)  # (256, per)
         values = np.ascontiguousarray(w[:, np.arange(per)[None, :], t[None, :, :]].reshape(-1, per), dtype=np.float32)
         # One item per (byte position, byte value), as one wide scalar: a 1-D take of 8/16-byte
@@ -97,12 +105,17 @@ class ResidualCodec:
         return int(self.centroids.shape[1])
 
     @property
+    def rdim(self) -> int:
+        """Coded components of each residual: ``dim``, or the rotation's kept axes."""
+        return int(self.weights.shape[0])
+
+    @property
     def n_centroids(self) -> int:
         return int(self.centroids.shape[0])
 
     @property
     def residual_bytes(self) -> int:
-        return self.dim * self.nbits // 8
+        return self.rdim * self.nbits // 8
 
     @property
     def code_dtype(self) -> np.dtype:
@@ -111,15 +124,19 @@ class ResidualCodec:
     # ------------------------------------------------------------------------- training
     @classmethod
     def train(cls, sample: np.ndarray, nbits: int = 1, n_centroids: int | None = None,
-              niter: int | None = None, seed: int = 0, n_vectors: int | None = None) -> ResidualCodec:
+              niter: int | None = None, seed: int = 0, n_vectors: int | None = None,
+              components: int = 0) -> ResidualCodec:
         """Fit centroids (faiss k-means) and residual buckets on a sample of unit vectors.
 
         Args:
             sample: (n, dim) float32 unit rows.
-            nbits: Bits per dimension of the residual.
+            nbits: Bits per coded component of the residual.
             n_centroids: Number of centroids (default from ``n_vectors``, see
                 ``default_n_centroids``).
             n_vectors: How many vectors the codec will encode (sizes the default K).
+            components: 0: code every dimension of the residual as it is. Otherwise code its
+                coordinates on its ``components`` principal axes (``rotation``), fitted on the
+                same sample as the buckets.
         """
         import faiss
 
@@ -127,8 +144,9 @@ class ResidualCodec:
             raise ValueError(f"nbits must be one of {NBITS}, got {nbits}")
         sample = np.ascontiguousarray(sample, dtype=np.float32)
         n, dim = sample.shape
-        if dim * nbits % 8:
-            raise ValueError(f"dim {dim} * nbits {nbits} must be a multiple of 8")
+        rdim = components or dim
+        if not 0 < rdim <= dim or rdim * nbits % 8:
+            raise ValueError(f"{rdim} coded components (of {dim}) x {nbits} bits must be a multiple of 8 bits")
         k = n_centroids or default_n_centroids(n_vectors or n)
         k = max(1, min(k, n))
         # 32 points per centroid, 8 iterations: the codec is refined by the residuals anyway, and
@@ -146,10 +164,13 @@ class ResidualCodec:
         rng = np.random.default_rng(seed)
         stats = sample[np.sort(rng.choice(n, cls.QUANTILE_ROWS, replace=False))] if n > cls.QUANTILE_ROWS else sample
         resid = stats - centroids[assign(stats, centroids)]  # (n, dim)
+        rotation = principal_axes(resid, rdim) if components else None
+        if rotation is not None:
+            resid = resid @ rotation  # (n, rdim): the coordinates that are coded
         levels = 1 << nbits
-        weights = np.quantile(resid, (np.arange(levels) + 0.5) / levels, axis=0).T  # (dim, levels)
+        weights = np.quantile(resid, (np.arange(levels) + 0.5) / levels, axis=0).T  # (rdim, levels)
         cutoffs, weights = cls.fit_levels(resid, weights)
-        codec = cls(centroids, cutoffs, weights, nbits)
+        codec = cls(centroids, cutoffs, weights, nbits, rotation=rotation)
         held = sample[np.sort(rng.choice(n, cls.ERROR_ROWS, replace=False))] if n > cls.ERROR_ROWS else sample
         codec.train_error = float(codec.error(held))
         return codec
@@ -185,7 +206,7 @@ class ResidualCodec:
         extra = np.ascontiguousarray(km.centroids, dtype=np.float32)
         extra /= np.maximum(np.linalg.norm(extra, axis=1, keepdims=True), 1e-12)
         return ResidualCodec(np.concatenate([self.centroids, extra]), self.cutoffs, self.weights,
-                             self.nbits, self.train_error)
+                             self.nbits, self.train_error, self.rotation)
 
     # ------------------------------------------------------------------ encode / decode
     def encode(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -199,12 +220,14 @@ class ResidualCodec:
         for s in range(0, len(vectors), self.ENCODE_BLOCK):
             e = min(s + self.ENCODE_BLOCK, len(vectors))
             resid = vectors[s:e] - self.centroids.take(codes[s:e], axis=0)
-            packed[s:e] = self.pack(resid)
+            packed[s:e] = self.pack(resid if self.rotation is None else resid @ self.rotation)
         return codes.astype(self.code_dtype), packed
 
     ENCODE_BLOCK = 1024  # rows per residual pass (1.5 MB of float32 at 384-d)
 
     def pack(self, resid: np.ndarray) -> np.ndarray:
+        """(n, residual_bytes) uint8 buckets of (n, rdim) coded coordinates (the residual, or
+        its rotated coordinates)."""
         n, dim = resid.shape
         buckets = np.zeros((n, dim), np.uint8)
         above = np.empty((n, dim), bool)
@@ -219,20 +242,26 @@ class ResidualCodec:
         return packed
 
     def buckets(self, packed: np.ndarray) -> np.ndarray:
-        """(n, dim) uint8 bucket of every dimension."""
-        return self._table[packed].reshape(len(packed), self.dim)
+        """(n, rdim) uint8 bucket of every coded component."""
+        return self._table[packed].reshape(len(packed), self.rdim)
 
     def decode(self, codes: np.ndarray, packed: np.ndarray) -> np.ndarray:
         """(n, dim) float32 reconstructed vectors."""
         out = self.centroids.take(codes.astype(np.int64, copy=False), axis=0)  # (n, dim) copy
-        idx = packed.astype(np.int32) + np.arange(packed.shape[1], dtype=np.int32) * 256  # (n, bytes)
-        out += self._byte_values.take(idx).view(np.float32).reshape(len(packed), self.dim)
+        out += self.decode_residuals(packed)
         return out
 
     def decode_residuals(self, packed: np.ndarray) -> np.ndarray:
         """(n, dim) float32 decoded residuals (``decode`` without the centroids)."""
         idx = packed.astype(np.int32) + np.arange(packed.shape[1], dtype=np.int32) * 256
-        return self._byte_values.take(idx).view(np.float32).reshape(len(packed), self.dim)
+        z = self._byte_values.take(idx).view(np.float32).reshape(len(packed), self.rdim)
+        return z if self.rotation is None else z @ self.rotation.T
+
+    def residual_query(self, query: np.ndarray) -> np.ndarray:
+        """(q, rdim) float32: the query in the coded coordinates, so that ``q . residual =
+        residual_query(q) . coded`` (the rotation is orthonormal)."""
+        query = np.asarray(query, dtype=np.float32)
+        return query if self.rotation is None else query @ self.rotation
 
     def scales(self, codes: np.ndarray, packed: np.ndarray) -> np.ndarray:
         """(n,) float16: 1 / |decoded vector| of each row. A decoded vector is not unit length
@@ -270,7 +299,7 @@ class ResidualCodec:
         step = np.where(hi > lo, (hi - lo) / 126, 1.0)
         u = (np.rint((w - mid[:, None]) / step[:, None]) + 64).astype(np.uint8)  # (dim, levels) in [1, 127]
         per = 8 // self.nbits
-        u = u.reshape(self.dim // per, per, 1 << self.nbits)
+        u = u.reshape(self.rdim // per, per, 1 << self.nbits)
         t = self._table.astype(np.int64)  # (256, per)
         vals = np.ascontiguousarray(u[:, np.arange(per)[None, :], t[None, :, :]].reshape(-1, per))
         table = vals.view(np.dtype(f"<u{per}")).ravel()
@@ -283,7 +312,8 @@ class ResidualCodec:
         ``query * step`` is rounded per query token to int8 in [-127, 127] (alpha = its largest
         magnitude / 127)."""
         _, mid, step = self.int_levels()
-        w = query.astype(np.float32) * step  # (q, dim)
+        query = self.residual_query(query)
+        w = query.astype(np.float32) * step  # (q, rdim)
         alpha = np.maximum(np.abs(w).max(axis=1), 1e-30) / 127
         w8 = np.rint(w / alpha[:, None]).astype(np.int8)
         offset = query @ mid - 64 * alpha * w8.sum(axis=1, dtype=np.int64)
@@ -313,10 +343,11 @@ class ResidualCodec:
         5, ...): ``w8``'s rows are in that order. Rounding as in ``int_query``."""
         w = self.weights.astype(np.float64)
         step = (w[:, -1] - w[:, 0]) / (w.shape[1] - 1)
-        ws = query.astype(np.float64) * step  # (q, dim)
+        query = self.residual_query(query)
+        ws = query.astype(np.float64) * step  # (q, rdim)
         alpha = np.maximum(np.abs(ws).max(axis=1), 1e-30) / 127
         w8 = np.rint(ws / alpha[:, None]).astype(np.int8)
-        order = np.concatenate([np.arange(0, self.dim, 2), np.arange(1, self.dim, 2)])
+        order = np.concatenate([np.arange(0, self.rdim, 2), np.arange(1, self.rdim, 2)])
         offset = query.astype(np.float64) @ w[:, 0]
         return np.ascontiguousarray(w8[:, order].T), alpha.astype(np.float32), offset.astype(np.float32)
 
@@ -363,33 +394,12 @@ class ResidualCodec:
     def residual_lut(self, query: np.ndarray) -> np.ndarray:
         """(q, residual_bytes, 256) float32: ``q . residual`` contributed by each packed byte."""
         per = 8 // self.nbits
-        qw = query[:, :, None] * self.weights[None]  # (q, dim, levels)
-        qw = qw.reshape(len(query), self.dim // per, per, 1 << self.nbits)
-        lut = np.zeros((len(query), self.dim // per, 256), np.float32)
+        qw = self.residual_query(query)[:, :, None] * self.weights[None]  # (q, rdim, levels)
+        qw = qw.reshape(len(query), self.rdim // per, per, 1 << self.nbits)
+        lut = np.zeros((len(query), self.rdim // per, 256), np.float32)
         for t in range(per):
             lut += qw[:, :, t, self._table[:, t]]
         return lut
-
-    # ---------------------------------------------------------------------------- files
-    def meta(self) -> dict:
-        return {"format": CODEC_FORMAT, "version": CODEC_VERSION, "nbits": self.nbits, "dim": self.dim,
-                "n_centroids": self.n_centroids, "train_error": self.train_error,
-                "cutoffs": self.cutoffs.tolist(), "weights": self.weights.tolist()}
-
-    @classmethod
-    def from_files(cls, meta_text: str, centroids: np.ndarray, where: str) -> ResidualCodec:
-        try:
-            m = json.loads(meta_text)
-        except ValueError:
-            raise IndexCorruptError(f"{where} is unreadable; run `supergrep index --force`") from None
-        if m.get("format") != CODEC_FORMAT:
-            raise IndexCorruptError(f"{where} is not a supergrep codec; run `supergrep index --force`")
-        if m.get("version", 0) > CODEC_VERSION:
-            raise IndexCorruptError(f"{where} has codec version {m.get('version')}, newer than this supergrep; upgrade")
-        if centroids.shape != (m["n_centroids"], m["dim"]):
-            raise IndexCorruptError(f"{where}: centroids do not match the codec; run `supergrep index --force`")
-        return cls(np.asarray(centroids, dtype=np.float32), np.asarray(m["cutoffs"], np.float32),
-                   np.asarray(m["weights"], np.float32), int(m["nbits"]), float(m.get("train_error", 0.0)))
 
 
 class _SortedResiduals:
@@ -479,6 +489,19 @@ def uniform_levels(resid: np.ndarray, weights: np.ndarray, iters: int) -> tuple[
             s = np.maximum(np.where(ok, (nn * xk - k1 * x1) / np.where(ok, den, 1), s), 1e-9)
             a = np.where(nn > 0, (x1 - s * k1) / np.maximum(nn, 1), a)
     return _quantiser(a[:, None] + s[:, None] * k[None, :])
+
+
+def principal_axes(resid: np.ndarray, k: int) -> np.ndarray:
+    """(dim, k) float32: the ``k`` leading eigenvectors of the residuals' (uncentred) second
+    moment, largest first, each signed so its largest entry is positive (deterministic across
+    LAPACK builds). Coordinates on them are decorrelated, and the first ones carry most of the
+    residual energy, which is what ``ResidualCodec(rotation=...)`` spends its bits on."""
+    r = np.asarray(resid, dtype=np.float64)
+    m = r.T @ r / max(len(r), 1)
+    vals, vecs = np.linalg.eigh(m)  # ascending
+    vecs = vecs[:, np.argsort(vals)[::-1][:k]]
+    vecs *= np.sign(vecs[np.abs(vecs).argmax(axis=0), np.arange(k)])
+    return np.ascontiguousarray(vecs, dtype=np.float32)
 
 
 def assign(vectors: np.ndarray, centroids: np.ndarray) -> np.ndarray:

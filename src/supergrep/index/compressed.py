@@ -73,7 +73,9 @@ def helper_pool():
     return _POOL or None
 
 SEGMENT_KIND, SEGMENT_VERSION = "compressed-segment", 2  # 2: + scale
-CODEC_KIND, CODEC_VERSION = "residual-codec", 1
+# 2: + rotation (the residual coded on its principal axes). A codec without one is still
+# written as version 1, which every earlier reader understands.
+CODEC_KIND, CODEC_VERSION = "residual-codec", 2
 STORE_META_KEY = "vector_store"  # meta row: "exact" (absent) or "compressed"
 CODEC_META_KEY = "codec"  # meta row: the committed codec generation
 
@@ -85,6 +87,7 @@ class CompressSettings:
     config's (``[index]`` and ``[search]`` in ``config.py``, the only source of defaults)."""
 
     nbits: int = IndexConfig.nbits
+    components: int = IndexConfig.components
     pool_factor: float = IndexConfig.pool_factor
     n_centroids: int = IndexConfig.centroids
     drift_ratio: float = IndexConfig.drift_ratio
@@ -253,8 +256,13 @@ class CompressedStore(SegmentStore):
             meta, arrays = read_container(path, CODEC_KIND, CODEC_VERSION)
         except FileNotFoundError:
             raise IndexCorruptError(f"{path.name} is missing; run `supergrep index --force`") from None
-        codec = ResidualCodec(np.array(arrays["centroids"], np.float32), np.array(arrays["cutoffs"]),
-                              np.array(arrays["weights"]), int(meta["nbits"]), float(meta["train_error"]))
+        rotation = arrays.get("rotation")
+        try:
+            codec = ResidualCodec(np.array(arrays["centroids"], np.float32), np.array(arrays["cutoffs"]),
+                                  np.array(arrays["weights"]), int(meta["nbits"]), float(meta["train_error"]),
+                                  None if rotation is None else np.array(rotation, np.float32))
+        except (KeyError, ValueError) as e:
+            raise IndexCorruptError(f"{path.name} is inconsistent ({e}); run `supergrep index --force`") from None
         if codec.dim != self.dim:
             raise IndexCorruptError(f"{path.name} has dim {codec.dim}, the index {self.dim}; run `supergrep index --force`")
         self._codecs = {gen: codec}
@@ -266,8 +274,10 @@ class CompressedStore(SegmentStore):
         self.dir.mkdir(parents=True, exist_ok=True)
         on_disk = [int(m.group(1)) for p in self._listdir() if (m := _CODEC_RE.match(p))]
         gen = max([self.codec_generation(conn), *on_disk]) + 1
-        write_container(self._codec_path(gen), CODEC_KIND, CODEC_VERSION,
-                        {"centroids": codec.centroids, "cutoffs": codec.cutoffs, "weights": codec.weights},
+        arrays = {"centroids": codec.centroids, "cutoffs": codec.cutoffs, "weights": codec.weights}
+        if codec.rotation is not None:
+            arrays["rotation"] = codec.rotation
+        write_container(self._codec_path(gen), CODEC_KIND, 1 if codec.rotation is None else CODEC_VERSION, arrays,
                         {"nbits": codec.nbits, "dim": codec.dim, "n_centroids": codec.n_centroids,
                          "train_error": codec.train_error})
         fsync_dir(self.dir)
@@ -562,10 +572,10 @@ class CompressedStore(SegmentStore):
             # st, and each document's max runs down its own block of rows
             sims = self._work("sims", len(query) * n, np.float32).reshape(n, len(query))
             if iq is None:
-                np.matmul(dec.view(np.float32).reshape(n, codec.dim), query.T, out=sims)
+                np.matmul(dec.view(np.float32).reshape(n, codec.rdim), codec.residual_query(query).T, out=sims)
             else:
                 w8, alpha, offset, _ = iq
-                y = int_matmul(dec.view(np.uint8).reshape(n, codec.dim), w8)
+                y = int_matmul(dec.view(np.uint8).reshape(n, codec.rdim), w8)
                 np.multiply(y, alpha, out=sims, dtype=np.float32, casting="unsafe")  # exact: |y| < 2**24
                 sims += offset
             cent = self._work("cent", len(query) * n, np.float32).reshape(n, len(query))
@@ -939,7 +949,8 @@ def convert(conn: sqlite3.Connection, index_dir: Path, dim: int, settings: Compr
         for si, row in pick for (_, o, n) in [live_layouts[si][row]]
     ])
     codec = ResidualCodec.train(sample, nbits=settings.nbits, n_centroids=settings.n_centroids or None,
-                                n_vectors=int(est_stored), seed=seed)
+                                n_vectors=int(est_stored), seed=seed,
+                                components=min(settings.components, dim))
     conn.execute("BEGIN IMMEDIATE")
     try:
         store.write_codec(conn, codec)

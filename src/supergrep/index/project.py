@@ -196,6 +196,7 @@ class Index:
         c = self.compress
         if index_cfg is not None:
             c.nbits, c.pool_factor = index_cfg.nbits, index_cfg.pool_factor
+            c.components = index_cfg.components
             c.n_centroids, c.drift_ratio = index_cfg.centroids, index_cfg.drift_ratio
         if search_cfg is not None:
             c.nprobe, c.candidates, c.rerank = search_cfg.nprobe, search_cfg.ncandidates, search_cfg.rerank
@@ -383,7 +384,8 @@ class Index:
             codec = self.store.codec(self.conn)
         except IndexCorruptError:
             return "no codec"
-        return f"{codec.nbits}-bit residuals, {codec.n_centroids} centroids"
+        axes = f" on {codec.rdim} principal axes" if codec.rotation is not None else ""
+        return f"{codec.nbits}-bit residuals{axes}, {codec.n_centroids} centroids"
 
     # ---------------------------------------------------------------------- catalog writes
     def remove_files(self, file_ids: list[int]) -> None:
