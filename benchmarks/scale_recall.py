@@ -79,6 +79,8 @@ def one(index_dir: Path, work: Path, cfg: dict, queries: list[np.ndarray], exact
     dim = int(Manifest.read(index_dir).model["dim"])
     conn = connect(work)
     settings = CompressSettings(nbits=cfg["nbits"], pool_factor=cfg["pool"], n_centroids=cfg.get("centroids", 0))
+    if cfg.get("components"):  # the residual coded on its principal axes (2026-11-27)
+        settings.components = cfg["components"]
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.perf_counter()
     info = convert(conn, work, dim, settings)

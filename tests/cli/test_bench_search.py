@@ -64,3 +64,20 @@ def test_bench_search_reuses_a_kept_index_and_reports_warming(tmp_path):
     assert r0["warm_s"] >= 0 and r1["warm_s"] >= 0
     other = run("--reuse", "--mean-tokens", "11")  # another build: not the kept index
     assert other["results"][0]["reused"] is False
+
+
+def test_bench_search_with_components(tmp_path, capsys):
+    """--components builds the synthetic index with a rotated codec: fewer bytes a vector than
+    every dimension at the same bits, and a re-rank of everything still equals the baseline."""
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(cli, ["bench", "search", "--sizes", "300", "--queries", "4", "--exact-queries", "2",
+                                   "--dim", "32", "--mean-tokens", "10", "--nbits", "4", "--components", "8",
+                                   "--rerank", "300", "--work-dir", str(tmp_path / "w"), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    r = data["results"][0]
+    assert data["settings"]["components"] == 8 and r["recall_at_10"] == 1.0
+    assert r["bytes_per_vector"] < 4 + 2 + 2 + 16  # 4 B of residual (8 axes x 4 bits) + code + scale + lists
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "search", "--sizes", "300", "--dim", "32", "--components", "64"])
+    assert e.value.code == 2 and "--components 64 must be at most --dim 32" in capsys.readouterr().err

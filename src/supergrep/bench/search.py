@@ -61,21 +61,26 @@ def _rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def _synthetic_codec(dim: int, n_centroids: int, nbits: int, rng: np.random.Generator) -> ResidualCodec:
+def _synthetic_codec(dim: int, n_centroids: int, nbits: int, rng: np.random.Generator,
+                     components: int = 0) -> ResidualCodec:
     centroids = rng.standard_normal((n_centroids, dim)).astype(np.float32)
     centroids /= np.linalg.norm(centroids, axis=1, keepdims=True)
     # Residual spread of real MiniLM token states after k-means (~0.37 total variance).
     sigma = math.sqrt(0.37 / dim)
-    sample = rng.standard_normal((4096, dim)).astype(np.float32) * sigma
+    rdim = components or dim
+    sample = rng.standard_normal((4096, rdim)).astype(np.float32) * sigma
     levels = 1 << nbits
     start = np.quantile(sample, (np.arange(levels) + 0.5) / levels, axis=0).T
     # the residual levels a real index gets (``ResidualCodec.train``): what the re-rank decodes
     cutoffs, weights = ResidualCodec.fit_levels(sample, start)
-    return ResidualCodec(centroids, cutoffs, weights, nbits, 0.37)
+    # ``components``: a random orthonormal basis stands in for the residuals' principal axes
+    # (the search's cost depends on the shapes, not on which axes they are)
+    rotation = np.linalg.qr(rng.standard_normal((dim, rdim)))[0].astype(np.float32) if components else None
+    return ResidualCodec(centroids, cutoffs, weights, nbits, 0.37, rotation)
 
 
 def build_synthetic(index_dir: Path, n_chunks: int, dim: int = 384, nbits: int = 2, mean_tokens: float = 139.0,
-                    seed: int = 0, segment_chunks: int = 100_000) -> tuple[CompressedStore, dict]:
+                    seed: int = 0, segment_chunks: int = 100_000, components: int = 0) -> tuple[CompressedStore, dict]:
     """A compressed index of ``n_chunks`` synthetic chunks, streamed one segment at a time."""
     rng = np.random.default_rng(seed)
     shutil.rmtree(index_dir, ignore_errors=True)
@@ -83,7 +88,7 @@ def build_synthetic(index_dir: Path, n_chunks: int, dim: int = 384, nbits: int =
     conn = connect(index_dir)
     n_vec_est = int(n_chunks * mean_tokens)
     k = default_n_centroids(n_vec_est)
-    codec = _synthetic_codec(dim, k, nbits, rng)
+    codec = _synthetic_codec(dim, k, nbits, rng, components)
     store = CompressedStore(index_dir, dim, CompressSettings(nbits=nbits, pool_factor=1.0))
     topic_size = 48
     n_topics = max(1, k // 16)
@@ -126,7 +131,7 @@ def _queries(store: CompressedStore, conn, codec: ResidualCodec, n: int, q_token
 
 
 def run_search_bench(sizes: list[int], work_dir: Path, queries: int = 100, exact_queries: int = 3,
-                     exact_max_chunks: int = 100_000, dim: int = 384, nbits: int = 2, q_tokens: int = 32,
+                     exact_max_chunks: int = 100_000, dim: int = 384, nbits: int = 2, components: int = 0, q_tokens: int = 32,
                      mean_tokens: float = 139.0, nprobe: int | None = None, candidates: int | None = None,
                      rerank: int | None = None, k: int = 10, seed: int = 0, keep: bool = False,
                      integer_scores: bool | None = None, reuse: bool = False, progress=None) -> dict:
@@ -161,7 +166,8 @@ def run_search_bench(sizes: list[int], work_dir: Path, queries: int = 100, exact
         say(f"building {n_chunks:,} chunks")
         d = Path(work_dir) / f"synthetic-{n_chunks}"
         build_key = json.dumps({"chunks": n_chunks, "dim": dim, "nbits": nbits, "mean_tokens": mean_tokens, "seed": seed,
-                                "version": 3, "levels": ResidualCodec.LEVELS})
+                                "version": 3, "levels": ResidualCodec.LEVELS,
+                                **({"components": components} if components else {})})
         stamp = d / "synthetic.json"
         t0 = time.perf_counter()
         reused = reuse and stamp.is_file() and stamp.read_text() == build_key
@@ -173,7 +179,8 @@ def run_search_bench(sizes: list[int], work_dir: Path, queries: int = 100, exact
             info = {"conn": conn, "codec": codec,
                     "vectors": int(conn.execute("SELECT SUM(n_vectors - dead_vectors) FROM segments").fetchone()[0])}
         else:
-            store, info = build_synthetic(d, n_chunks, dim=dim, nbits=nbits, mean_tokens=mean_tokens, seed=seed)
+            store, info = build_synthetic(d, n_chunks, dim=dim, nbits=nbits, mean_tokens=mean_tokens, seed=seed,
+                                          components=components)
             stamp.write_text(build_key)
         build_s = time.perf_counter() - t0
         build_rss = _rss_mib()
@@ -231,7 +238,7 @@ def run_search_bench(sizes: list[int], work_dir: Path, queries: int = 100, exact
         "load_average": os.getloadavg(),
         "hardware": {"machine": platform.machine(), "processor": platform.processor(), "cpus": os.cpu_count(),
                      "python": platform.python_version(), "numpy": np.__version__},
-        "settings": {"dim": dim, "nbits": nbits, "q_tokens": q_tokens, "mean_tokens": mean_tokens, "k": k,
+        "settings": {"dim": dim, "nbits": nbits, "components": components, "q_tokens": q_tokens, "mean_tokens": mean_tokens, "k": k,
                      "queries": queries, "nprobe": settings.nprobe, "candidates": settings.candidates,
                      "rerank": settings.rerank, "integer_scores": settings.integer_scores,
                      "int_backend": intmm.backend() if settings.integer_scores else None, "seed": seed},

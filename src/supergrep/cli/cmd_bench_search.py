@@ -31,6 +31,8 @@ def _sizes(value: str) -> list[int]:
 @click.option("--exact-max", type=int, default=100_000, show_default=True,
               help="Skip the exhaustive baseline above this many chunks (it takes minutes per query).")
 @click.option("--nbits", type=click.Choice(["1", "2", "4"]), default="4", show_default=True)
+@click.option("--components", type=click.IntRange(0, 4096), default=0, show_default=True,
+              help="Code each residual on this many principal axes ([index] components; 0: every dimension).")
 @click.option("--dim", type=click.IntRange(8, 4096), default=384, show_default=True)
 @click.option("--mean-tokens", type=float, default=139.0, show_default=True,
               help="Mean stored vectors per chunk (139: the stdlib corpus with the default model).")
@@ -44,7 +46,7 @@ def _sizes(value: str) -> list[int]:
 @click.option("--keep", is_flag=True, help="Keep the synthetic indexes.")
 @click.option("--reuse", is_flag=True, help="Reuse indexes an earlier --keep run built with the same settings.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the JSON result here.")
-def bench_search_cmd(sizes: str, queries: int, exact_queries: int, exact_max: int, nbits: str, dim: int,
+def bench_search_cmd(sizes: str, queries: int, exact_queries: int, exact_max: int, nbits: str, components: int, dim: int,
                      mean_tokens: float, nprobe: int | None, candidates: int | None, rerank: int | None,
                      integer_scores: bool | None, work_dir: Path, keep: bool, reuse: bool, out: Path | None) -> None:
     """p50/p95 latency, QPS and Recall@10 (vs exhaustive MaxSim) at each index size.
@@ -55,8 +57,10 @@ def bench_search_cmd(sizes: str, queries: int, exact_queries: int, exact_max: in
 
     if dim * int(nbits) % 8:
         raise UsageError(f"--dim {dim} times --nbits {nbits} must be a multiple of 8")
+    if components > dim or components * int(nbits) % 8:
+        raise UsageError(f"--components {components} must be at most --dim {dim}, times --nbits {nbits} a multiple of 8")
     result = run_search_bench(_sizes(sizes), work_dir, queries=queries, exact_queries=exact_queries,
-                              exact_max_chunks=exact_max, dim=dim, nbits=int(nbits), mean_tokens=mean_tokens,
+                              exact_max_chunks=exact_max, dim=dim, nbits=int(nbits), components=components, mean_tokens=mean_tokens,
                               nprobe=nprobe, candidates=candidates, rerank=rerank, keep=keep,
                               integer_scores=integer_scores, reuse=reuse,
                               progress=lambda m: click.echo(m, err=True))
