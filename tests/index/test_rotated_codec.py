@@ -60,6 +60,9 @@ def test_rotation_buys_less_error_at_equal_bytes():
     codes, packed = rot.encode(x[:50])
     z = rot.decode_residuals(packed) @ rot.rotation
     np.testing.assert_allclose(rot.decode(codes, packed), rot.centroids[codes] + z @ rot.rotation.T, atol=1e-6)
+    # each token's scale (1 / |decoded|) computed in the coded coordinates equals the decoded norm's
+    want = 1 / np.linalg.norm(rot.decode(codes, packed), axis=1)
+    np.testing.assert_allclose(rot.scales(codes, packed).astype(np.float64), want, rtol=1e-3)
     more = rot.extend(x[:500], 4)
     assert more.rotation is rot.rotation and more.n_centroids == 20
 
