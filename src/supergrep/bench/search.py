@@ -69,10 +69,8 @@ def _synthetic_codec(dim: int, n_centroids: int, nbits: int, rng: np.random.Gene
     sigma = math.sqrt(0.37 / dim)
     rdim = components or dim
     sample = rng.standard_normal((4096, rdim)).astype(np.float32) * sigma
-    levels = 1 << nbits
-    start = np.quantile(sample, (np.arange(levels) + 0.5) / levels, axis=0).T
     # the residual levels a real index gets (``ResidualCodec.train``): what the re-rank decodes
-    cutoffs, weights = ResidualCodec.fit_levels(sample, start)
+    cutoffs, weights = ResidualCodec.fit_levels(sample, nbits)
     # ``components``: a random orthonormal basis stands in for the residuals' principal axes
     # (the search's cost depends on the shapes, not on which axes they are)
     rotation = np.linalg.qr(rng.standard_normal((dim, rdim)))[0].astype(np.float32) if components else None

@@ -167,18 +167,18 @@ class ResidualCodec:
         rotation = principal_axes(resid, rdim) if components else None
         if rotation is not None:
             resid = resid @ rotation  # (n, rdim): the coordinates that are coded
-        levels = 1 << nbits
-        weights = np.quantile(resid, (np.arange(levels) + 0.5) / levels, axis=0).T  # (rdim, levels)
-        cutoffs, weights = cls.fit_levels(resid, weights)
+        cutoffs, weights = cls.fit_levels(resid, nbits)
         codec = cls(centroids, cutoffs, weights, nbits, rotation=rotation)
         held = sample[np.sort(rng.choice(n, cls.ERROR_ROWS, replace=False))] if n > cls.ERROR_ROWS else sample
         codec.train_error = float(codec.error(held))
         return codec
 
     @classmethod
-    def fit_levels(cls, resid: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(cutoffs, weights) of the kind of residual levels new codecs get (``LEVELS``), refined
-        from ``start`` ((dim, levels), ascending) on the sample ``resid``."""
+    def fit_levels(cls, resid: np.ndarray, nbits: int) -> tuple[np.ndarray, np.ndarray]:
+        """(cutoffs, weights) of each column of the sample ``resid`` ((n, rdim)), the kind of
+        levels new codecs get (``LEVELS``), refined from equal-probability buckets."""
+        levels = 1 << nbits
+        start = np.quantile(resid, (np.arange(levels) + 0.5) / levels, axis=0).T  # (rdim, levels)
         fit = uniform_levels if cls.LEVELS == "uniform" else lloyd_max
         return fit(resid, start, cls.LLOYD_ITERS)
 

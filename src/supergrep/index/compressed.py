@@ -553,6 +553,7 @@ class CompressedStore(SegmentStore):
         table = codec._byte_values if iq is None else None if nibbles else codec.int_levels()[0]
         seg_of, lay = runs
         code_dtype = _code_dtype(view)
+        rq = codec.residual_query(query).T if iq is None else None  # float path: once, not per block
         for i, j, t0, t1 in blocks:
             n = t1 - t0
             codes = self._work("bcodes", n, code_dtype)
@@ -572,7 +573,7 @@ class CompressedStore(SegmentStore):
             # st, and each document's max runs down its own block of rows
             sims = self._work("sims", len(query) * n, np.float32).reshape(n, len(query))
             if iq is None:
-                np.matmul(dec.view(np.float32).reshape(n, codec.rdim), codec.residual_query(query).T, out=sims)
+                np.matmul(dec.view(np.float32).reshape(n, codec.rdim), rq, out=sims)
             else:
                 w8, alpha, offset, _ = iq
                 y = int_matmul(dec.view(np.uint8).reshape(n, codec.rdim), w8)
