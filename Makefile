@@ -48,8 +48,12 @@ REQUIRE_MLX := $(shell uname -sm | grep -qE '^(Linux (x86_64|aarch64)|Darwin arm
 # Likewise Triton (the varlen attention kernels' tests, in its CPU interpreter): Linux x86_64, Python >= 3.11.
 REQUIRE_TRITON := $(shell uname -sm | grep -qE '^Linux x86_64$$' && $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' && echo 1)
 
+# Likewise the C kernels of the compressed store (setup.py, optional): wherever a C compiler and
+# Python's headers are installed, `pip install` compiles them and their tests must run.
+REQUIRE_NATIVE := $(shell command -v cc >/dev/null 2>&1 && $(PYTHON) -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' && echo 1)
+
 test: $(VENV)/.dev
-	SUPERGREP_REQUIRE_MLX=$(REQUIRE_MLX) SUPERGREP_REQUIRE_TRITON=$(REQUIRE_TRITON) $(BIN)/python -m pytest -q
+	SUPERGREP_REQUIRE_MLX=$(REQUIRE_MLX) SUPERGREP_REQUIRE_TRITON=$(REQUIRE_TRITON) SUPERGREP_REQUIRE_NATIVE=$(REQUIRE_NATIVE) $(BIN)/python -m pytest -q
 
 # The public evaluation set (eval/public): fetch its corpora from PyPI, print the quality table.
 EVAL_ARGS = --queries eval/public/queries.jsonl -t python \

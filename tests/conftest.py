@@ -29,6 +29,13 @@ def pytest_sessionstart(session):
         except ImportError as exc:
             raise pytest.UsageError(f"SUPERGREP_REQUIRE_TRITON=1 but Triton does not import ({exc}); "
                                     f"pip install -e '.[dev]' installs it on Linux x86_64") from None
+    # And the compressed store's C kernels where a compiler and Python's headers are installed.
+    if os.environ.get("SUPERGREP_REQUIRE_NATIVE") == "1":
+        try:
+            from supergrep.index import _kernels  # noqa: F401
+        except ImportError as exc:
+            raise pytest.UsageError(f"SUPERGREP_REQUIRE_NATIVE=1 but supergrep.index._kernels does not import "
+                                    f"({exc}); pip install -e . compiles it (setup.py)") from None
 
 
 @pytest.fixture(autouse=True)

@@ -400,6 +400,7 @@ def reference_candidates(s, conn, q):
 def test_candidate_generation_equals_the_reference(tmp_path, data, cuts, dense, monkeypatch):
     """Both ways of summing (every doc at once, or only the touched ones) give the reference's
     candidates and scores; docs under several probed centroids of one token get their best."""
+    monkeypatch.setenv("SUPERGREP_NATIVE", "0")  # the NumPy path (the C kernel: test_native_kernels.py)
     monkeypatch.setattr(CompressedStore, "DENSE_DOCS_PER_ENTRY", 10**9 if dense else 0)
     docs, _, codec = data
     s, conn = new_store(tmp_path, codec, nprobe=3)
@@ -420,6 +421,7 @@ def test_an_interrupted_candidate_merge_leaves_no_dirty_scratch(tmp_path, data, 
     (Ctrl-C, a daemon thread cancelled) must not leak its partial sums into the next query."""
     from supergrep.index import compressed as C
 
+    monkeypatch.setenv("SUPERGREP_NATIVE", "0")  # the NumPy path (the C kernel: test_native_kernels.py)
     monkeypatch.setattr(CompressedStore, "DENSE_DOCS_PER_ENTRY", 10**9 if dense else 0)
     docs, _, codec = data
     s, conn = new_store(tmp_path, codec, nprobe=3)
@@ -464,6 +466,7 @@ def test_an_interrupted_candidate_merge_leaves_no_dirty_scratch(tmp_path, data, 
         s._candidates(view, codec, other * 4, view.live)  # larger values than q's
     monkeypatch.setattr(C, "np", np)
     monkeypatch.undo()
+    monkeypatch.setenv("SUPERGREP_NATIVE", "0")  # the NumPy path (the C kernel: test_native_kernels.py)
     monkeypatch.setattr(CompressedStore, "DENSE_DOCS_PER_ENTRY", 10**9 if dense else 0)
     got = s._candidates(view, codec, q, view.live)
     assert got[0].tolist() == want[0].tolist()

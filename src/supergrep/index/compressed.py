@@ -45,6 +45,7 @@ import numpy as np
 
 from supergrep.config import IndexConfig, SearchConfig
 from supergrep.errors import IndexCorruptError
+from supergrep.index import native
 from supergrep.index.codec import ResidualCodec, pool_tokens
 from supergrep.index.container import populate, read_container, write_container
 from supergrep.index.format import crashpoint, fsync_dir
@@ -524,6 +525,9 @@ class CompressedStore(SegmentStore):
             i = j
         pool = helper_pool() if int(ends[-1]) >= self.PARALLEL_MIN_TOKENS and len(blocks) > 1 else None
         iq = self._query_ints(codec, query)
+        if iq is not None and iq[4] is not None:
+            self._score_native(view, iq, st, np.asarray(seg_of, np.int64), lay, ends, out, pool)
+            return out
         if pool is None:
             self._score_blocks(blocks, codec, query, st, view, runs, ends, out, iq)
             return out
@@ -535,6 +539,24 @@ class CompressedStore(SegmentStore):
         self._score_blocks(blocks[0::2], codec, query, st, view, runs, ends, out, iq)
         half.result()
         return out
+
+    def _score_native(self, view: _View, iq: tuple, st: np.ndarray, seg: np.ndarray, lay: np.ndarray,
+                      ends: np.ndarray, out: np.ndarray, pool) -> None:
+        """The re-rank of nibble codecs by the fused C kernel (``index/_kernels.c``), which reads
+        each document in place from its segment: the documents split in two halves of about the
+        same number of tokens, one on the helper thread (the kernel releases the GIL). 100K
+        synthetic chunks, 2 AVX2 cores: the re-rank 12.1 -> ~6.5 ms in a search."""
+        arrays = ([s.resid for s in view.segs], [s.codes for s in view.segs], [s.scale for s in view.segs])
+        start = np.ascontiguousarray(lay[:, 0])
+        length = np.ascontiguousarray(lay[:, 1])
+        w = (iq[4], iq[1], iq[2], st)
+        if pool is None:
+            native.rerank_nibbles(*arrays, seg, start, length, *w, out)
+            return
+        h = min(max(int(np.searchsorted(ends, ends[-1] / 2)), 1), len(out) - 1)
+        half = pool.submit(native.rerank_nibbles, *arrays, seg[h:], start[h:], length[h:], *w, out[h:])
+        native.rerank_nibbles(*arrays, seg[:h], start[:h], length[:h], *w, out[:h])
+        half.result()
 
     # Candidate generation sums every doc densely while the index has at most this many docs per
     # (query token's) entry; sparse random access beyond (see ``_candidates``).
@@ -575,7 +597,7 @@ class CompressedStore(SegmentStore):
             if iq is None:
                 np.matmul(dec.view(np.float32).reshape(n, codec.rdim), rq, out=sims)
             else:
-                w8, alpha, offset, _ = iq
+                w8, alpha, offset = iq[:3]
                 y = int_matmul(dec.view(np.uint8).reshape(n, codec.rdim), w8)
                 np.multiply(y, alpha, out=sims, dtype=np.float32, casting="unsafe")  # exact: |y| < 2**24
                 sims += offset
@@ -587,7 +609,8 @@ class CompressedStore(SegmentStore):
             out[i:j] = np.maximum.reduceat(sims, starts, axis=0).sum(axis=1)
 
     def _query_ints(self, codec: ResidualCodec, query: np.ndarray) -> tuple | None:
-        """The query's side of the integer re-rank, (w8, alpha, offset, nibbles) (None: float32),
+        """The query's side of the integer re-rank, (w8, alpha, offset, nibbles, w8 packed for the
+        C kernel or None) (None: float32),
         remembered for the thread's last query like ``_centroid_scores``: hybrid fusion scores one
         query's candidates in several rounds."""
         if not self.settings.integer_scores or codec.dim > MAX_DIM:
@@ -595,7 +618,12 @@ class CompressedStore(SegmentStore):
         last = getattr(self._local, "query_ints", None)
         if last is not None and last[0] is codec and last[1].shape == query.shape and np.array_equal(last[1], query):
             return last[2]
-        iq = (*codec.nibble_query(query), True) if codec.nibble_levels else (*codec.int_query(query), False)
+        if codec.nibble_levels:
+            w8, alpha, offset = codec.nibble_query(query)
+            packed = native.pack_nibble_weights(w8) if native.available() and w8.shape[0] % 8 == 0 else None
+            iq = (w8, alpha, offset, True, packed)
+        else:
+            iq = (*codec.int_query(query), False, None)
         self._local.query_ints = (codec, query.copy(), iq)
         return iq
 
@@ -745,6 +773,8 @@ class CompressedStore(SegmentStore):
         np.maximum(vals, np.float32(1e-30), out=vals)
         if not view.segs:
             return np.zeros(0, np.int64), np.zeros(0, np.float32), st
+        if native.available():
+            return (*self._candidates_native(view, probes, vals, impute, keep), st)
         # Every (query token, probed centroid, doc in its list) entry, token by token: each
         # segment's inverted lists gathered into their slots of one array.
         cs, nseg = probes.ravel(), len(view.segs)
@@ -804,6 +834,29 @@ class CompressedStore(SegmentStore):
             raise
         ok = keep[cand]
         return cand[ok], scores[ok], st
+
+    def _candidates_native(self, view: _View, probes: np.ndarray, vals: np.ndarray, impute: np.ndarray,
+                           keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Stage 2's sums by the C kernel (``index/_kernels.c``): the same float32 sums, token by
+        token, with each inverted list read in place (no gather of every entry, no dense pass per
+        query token). 100K synthetic chunks, 2 AVX2 cores: 6.6 -> ~1.5 ms."""
+        n_docs = len(view.doc_ids)
+        cur = self._scratch("cur", n_docs, np.float32)
+        acc = self._scratch("acc32", n_docs, np.float32)
+        try:
+            native.candidate_sums([s.ivf for s in view.segs], [s.ivf_off for s in view.segs], view.base,
+                                  np.ascontiguousarray(probes, np.int64), np.ascontiguousarray(vals, np.float32),
+                                  cur, acc)
+            acc_n = acc[:n_docs]
+            cand = np.flatnonzero(acc_n > 0)
+            scores = (acc_n[cand].astype(np.float64) + float(impute.sum())).astype(np.float32)
+            acc_n[cand] = 0.0
+        except BaseException:
+            for name in ("cur", "acc32"):  # possibly left dirty: fresh ones next query
+                setattr(self._local, name, None)
+            raise
+        ok = keep[cand]
+        return cand[ok], scores[ok]
 
     def score(self, conn: sqlite3.Connection, query: np.ndarray, chunk_ids: list[int]) -> np.ndarray:
         query = np.ascontiguousarray(query, dtype=np.float32)
