@@ -128,20 +128,28 @@ def test_rerank_kernel_refuses_out_of_range_input():
         run(0, 0, 10, codes=[codes[0][:10], codes[1], codes[2]])
 
 
-def test_candidate_kernel_refuses_a_corrupt_inverted_list():
-    ivf = [np.array([0, 1, 2, 7], np.int32)]
-    off = [np.array([0, 2, 4], np.int64)]
+def test_candidate_kernel_sums_best_values_and_refuses_a_corrupt_inverted_list():
+    """Two segments (documents 0-2 and 3-4); a list entry outside its own segment raises."""
+    off = [np.array([0, 2, 4], np.int64), np.array([0, 1, 2], np.int64)]
+    base = np.array([0, 3])
     cur, acc = np.zeros(5, np.float32), np.zeros(5, np.float32)
-    probes, vals = np.array([[0, 1]], np.int64), np.array([[0.5, 1.0]], np.float32)
+    keep = np.array([True, True, True, False, True])
+    probes, vals = np.array([[0, 1], [1, 0]], np.int64), np.array([[0.5, 1.0], [0.25, 2.0]], np.float32)
+
+    def run(ivf, off=off):
+        return native.candidates(ivf, off, base, probes, vals, cur, acc, keep, 10.0)
+
     with pytest.raises(ValueError, match="outside the index"):
-        native.candidate_sums(ivf, off, np.array([0]), probes, vals, cur, acc)  # doc 7 of 5
+        run([np.array([0, 1, 2, 3], np.int32), np.array([0, 1], np.int32)])  # 3 is the next segment's
     with pytest.raises(ValueError, match="outside the index"):
-        native.candidate_sums(ivf, [np.array([0, 2, 9], np.int64)], np.array([0]), probes, vals, cur, acc)
+        run([np.array([0, 1, 2, 1], np.int32), np.array([0, 1], np.int32)], [np.array([0, 2, 9]), off[1]])
     cur[:], acc[:] = 0, 0
-    ok = [np.array([0, 1, 2, 1], np.int32)]
-    native.candidate_sums(ok, off, np.array([0]), probes, vals, cur, acc)
-    # doc 1 is in both probed lists: its best value (1.0) counts once; cur is left zeroed
-    assert acc.tolist() == [0.5, 1.0, 1.0, 0.0, 0.0] and not cur.any()
+    cand, score = run([np.array([0, 1, 2, 1], np.int32), np.array([0, 1], np.int32)])
+    # token 0: doc 1 in both lists counts its best (1.0); docs 3, 4 (lists 0, 1 of segment 2);
+    # token 1 likewise with the values swapped; doc 3 is not kept
+    assert cand.tolist() == [0, 1, 2, 4]
+    np.testing.assert_array_equal(score, np.float32([10.5 + 2.0, 10 + 1.0 + 2.0, 10 + 1.0 + 0.25, 10 + 1.0 + 0.25]))
+    assert not cur.any() and not acc.any()
 
 
 @pytest.fixture(scope="module")

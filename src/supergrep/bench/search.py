@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from supergrep.arrays import tune_malloc_for_serving
-from supergrep.index import intmm
+from supergrep.index import intmm, native
 from supergrep.index.codec import ResidualCodec, default_n_centroids
 from supergrep.index.compressed import CompressedStore, CompressSettings
 from supergrep.index.format import connect
@@ -239,7 +239,9 @@ def run_search_bench(sizes: list[int], work_dir: Path, queries: int = 100, exact
         "settings": {"dim": dim, "nbits": nbits, "components": components, "q_tokens": q_tokens, "mean_tokens": mean_tokens, "k": k,
                      "queries": queries, "nprobe": settings.nprobe, "candidates": settings.candidates,
                      "rerank": settings.rerank, "integer_scores": settings.integer_scores,
-                     "int_backend": intmm.backend() if settings.integer_scores else None, "seed": seed},
+                     "int_backend": intmm.backend() if settings.integer_scores else None,
+                     # the fused C kernels ('avx2' / 'scalar'; 'none': NumPy, e.g. SUPERGREP_NATIVE=0)
+                     "kernels": native.simd(), "seed": seed},
         "results": [asdict(r) for r in results],
     }
 

@@ -60,12 +60,22 @@ def rerank_nibbles(resid: list[np.ndarray], codes: list[np.ndarray], scale: list
     _kernels.rerank_nibbles(resid, codes, scale, seg, start, length, wp, alpha, offset, st, out)
 
 
-def candidate_sums(ivf: list[np.ndarray], ivf_off: list[np.ndarray], base: np.ndarray, probes: np.ndarray,
-                   vals: np.ndarray, cur: np.ndarray, acc: np.ndarray) -> None:
-    """WARP-style candidate sums: for each query token ``j`` (a row of ``probes`` (q, nprobe)
-    int64 centroid ids, ``vals`` (q, nprobe) float32 > 0), every document in one of the token's
-    probed inverted lists gets its best value there added to ``acc`` (float32, one per document,
-    token by token). Segment ``s``'s lists are ``ivf[s][ivf_off[s][c]:ivf_off[s][c + 1]]`` (int32
-    local documents, ``base[s]`` added); a centroid past a segment's ``ivf_off`` is skipped.
-    ``cur`` is zeroed scratch of ``acc``'s size and is left zeroed. GIL released."""
-    _kernels.candidate_sums(ivf, ivf_off, base, probes, vals, cur, acc)
+def candidates(ivf: list[np.ndarray], ivf_off: list[np.ndarray], base: np.ndarray, probes: np.ndarray,
+               vals: np.ndarray, cur: np.ndarray, acc: np.ndarray, keep: np.ndarray,
+               impute_total: float) -> tuple[np.ndarray, np.ndarray]:
+    """WARP-style candidates: for each query token ``j`` (a row of ``probes`` (q, nprobe) int64
+    centroid ids, ``vals`` (q, nprobe) float32 > 0), every document in one of the token's probed
+    inverted lists gets its best value there added to its float32 sum, token by token. Returns
+    (documents with a sum, in order, that ``keep`` (bool, one per document) allows; their sums +
+    ``impute_total``, as float32).
+
+    Segment ``s`` holds documents ``base[s]`` up to the next base; its lists are
+    ``ivf[s][ivf_off[s][c]:ivf_off[s][c + 1]]`` (int32 local documents); a centroid past a
+    segment's ``ivf_off`` is skipped. ``cur`` and ``acc`` are zeroed float32 scratch of one value
+    per document, left zeroed. GIL released; a list entry outside its segment raises ValueError."""
+    n = len(keep)
+    cand = np.empty(n, np.int64)
+    score = np.empty(n, np.float32)
+    got = _kernels.candidates(ivf, ivf_off, base, probes, vals, cur[:n], acc[:n], keep.view(np.uint8),
+                              float(impute_total), cand, score)
+    return cand[:got], score[:got]
