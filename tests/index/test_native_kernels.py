@@ -209,3 +209,34 @@ def test_a_failing_candidate_kernel_leaves_no_dirty_scratch(nibble_index, monkey
     got = s._candidates(view, codec, q, view.live)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("q", [32, 13, 5, 40])
+def test_centroid_interaction_kernel_equals_numpy(mode, q):
+    rng = np.random.default_rng(q)
+    _, codes, _ = segments(rng)
+    st = rng.standard_normal((300, q)).astype(np.float32)
+    bounds = [(0, 0, 50), (1, 10, 100), (2, 89, 1), (1, 0, 0), (0, 3, 397)]
+    seg, start, length = (np.array(c, np.int64) for c in zip(*bounds, strict=True))
+    out = np.full(len(bounds), np.nan, np.float32)
+    native.centroid_interaction(codes, seg, start, length, st, out)
+    want = [st[codes[s][a:a + n].astype(np.int64)].max(axis=0).sum() if n else 0.0 for s, a, n in bounds]
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-5)
+    with pytest.raises(ValueError, match="centroid id"):
+        native.centroid_interaction(codes, seg, start, length, st[:100], out)
+
+
+def test_hybrid_deep_search_is_the_same_with_and_without_the_kernels(nibble_index, monkeypatch):
+    """Hybrid fusion's semantic side (``search_deep``): exact scores for the re-ranked, centroid
+    interaction estimates for the rest, the same with the kernels as without."""
+    s, conn, docs = nibble_index
+    for q in queries_from(docs, np.random.default_rng(13), n=8):
+        got = {}
+        for flag in ("1", "0"):
+            monkeypatch.setenv("SUPERGREP_NATIVE", flag)
+            got[flag] = s.search_deep(conn, q, 40, also=[5, 17, 33])
+        (ids1, sc1, ex1, m1), (ids0, sc0, ex0, m0) = got["1"], got["0"]
+        np.testing.assert_array_equal(ids1, ids0)
+        np.testing.assert_array_equal(ex1, ex0)
+        np.testing.assert_allclose(sc1, sc0, rtol=1e-5, atol=1e-5)
+        assert m1 == pytest.approx(m0, abs=1e-5)

@@ -265,6 +265,49 @@ static int have_vnni(void) {
 }
 #endif
 
+/* PLAID centroid interaction: out[d] = sum over query tokens of max over the document's tokens of
+ * st[code, j] (no residual). Summed like the re-rank: blocks of 8 query tokens, pairwise. */
+static void interaction_scalar(const rerank_args *a) {
+    const int64_t q = a->q, njb = (q + 7) / 8;
+    float best[8];
+    for (int64_t d = 0; d < a->ndocs; d++) {
+        const doc_src *src = &a->docs[d];
+        float total = 0.0f;
+        for (int64_t b = 0; b < njb; b++) {
+            const int64_t lanes = q - 8 * b < 8 ? q - 8 * b : 8;
+            for (int l = 0; l < 8; l++) best[l] = lanes > l ? -FLT_MAX : 0.0f;
+            for (int64_t t = 0; t < src->n; t++) {
+                const float *srow = a->st + code_at(src, t) * q + 8 * b;
+                for (int64_t l = 0; l < lanes; l++) best[l] = srow[l] > best[l] ? srow[l] : best[l];
+            }
+            total += ((best[0] + best[1]) + (best[2] + best[3])) + ((best[4] + best[5]) + (best[6] + best[7]));
+        }
+        a->out[d] = src->n ? total : 0.0f;
+    }
+}
+
+#ifdef SG_AVX2
+SG_TARGET static void interaction_avx2(const rerank_args *a) {
+    const int64_t q = a->q, njb = (q + 7) / 8;
+    for (int64_t d = 0; d < a->ndocs; d++) {
+        const doc_src *src = &a->docs[d];
+        float total = 0.0f;
+        for (int64_t b = 0; b < njb; b++) {
+            int32_t m[8];
+            for (int l = 0; l < 8; l++) m[l] = 8 * b + l < q ? -1 : 0;
+            const __m256i mask = _mm256_loadu_si256((const __m256i *)m);
+            __m256 best = _mm256_set1_ps(-FLT_MAX);
+            for (int64_t t = 0; t < src->n; t++)
+                best = _mm256_max_ps(best, _mm256_maskload_ps(a->st + code_at(src, t) * q + 8 * b, mask));
+            float v[8];
+            _mm256_storeu_ps(v, _mm256_and_ps(best, _mm256_castsi256_ps(mask)));
+            total += ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+        }
+        a->out[d] = src->n ? total : 0.0f;
+    }
+}
+#endif
+
 static int force_scalar = 0;
 
 /* Buffers of one segment's arrays, acquired for the call. */
@@ -275,7 +318,7 @@ typedef struct {
 
 static int get_buffer(PyObject *obj, Py_buffer *view, int writable, const char *name) {
     if (PyObject_GetBuffer(obj, view, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyErr_Format(PyExc_ValueError, "rerank_nibbles: %s is not a contiguous array", name);
+        PyErr_Format(PyExc_ValueError, "_kernels: %s is not a contiguous array", name);
         return -1;
     }
     return 0;
@@ -409,6 +452,91 @@ done:
     Py_XDECREF(rs);
     Py_XDECREF(cs);
     Py_XDECREF(ss);
+    return result;
+}
+
+PyDoc_STRVAR(centroid_interaction_doc,
+"centroid_interaction(codes, seg, start, length, st, out)\n\n"
+"PLAID centroid interaction of documents read in place from the segments' centroid ids:\n"
+"out[d] = sum over query tokens of max over the document's tokens of st[code, j].");
+
+static PyObject *centroid_interaction(PyObject *self, PyObject *args) {
+    PyObject *codes_l, *o[5];
+    if (!PyArg_ParseTuple(args, "OOOOOO", &codes_l, &o[0], &o[1], &o[2], &o[3], &o[4])) return NULL;
+    static const char *names[5] = {"seg", "start", "length", "st", "out"};
+    Py_buffer b[5], *codes = NULL;
+    doc_src *docs = NULL;
+    Py_ssize_t nseg = 0, nseg_got = 0;
+    int got = 0;
+    PyObject *result = NULL;
+    PyObject *cs = PySequence_Fast(codes_l, "codes must be a sequence");
+    if (!cs) return NULL;
+    nseg = PySequence_Fast_GET_SIZE(cs);
+    for (; got < 5; got++)
+        if (get_buffer(o[got], &b[got], got == 4, names[got]) < 0) goto done;
+    const int64_t ndocs = b[0].len / 8;
+    const int64_t q = b[3].ndim == 2 ? b[3].shape[1] : 0, n_centroids = b[3].ndim == 2 ? b[3].shape[0] : 0;
+    if (b[0].itemsize != 8 || b[1].itemsize != 8 || b[2].itemsize != 8 || b[1].len != b[0].len ||
+        b[2].len != b[0].len || b[3].itemsize != 4 || q == 0 || b[4].itemsize != 4 || b[4].len != ndocs * 4) {
+        PyErr_SetString(PyExc_ValueError, "centroid_interaction: inconsistent array sizes");
+        goto done;
+    }
+    codes = PyMem_Calloc(nseg ? nseg : 1, sizeof(Py_buffer));
+    docs = PyMem_Calloc(ndocs ? ndocs : 1, sizeof(doc_src));
+    if (!codes || !docs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; nseg_got < nseg; nseg_got++) {
+        if (get_buffer(PySequence_Fast_GET_ITEM(cs, nseg_got), &codes[nseg_got], 0, "codes") < 0) goto done;
+        if (codes[nseg_got].itemsize != 2 && codes[nseg_got].itemsize != 4) {
+            nseg_got++;
+            PyErr_SetString(PyExc_ValueError, "centroid_interaction: centroid ids must be uint16 or int32");
+            goto done;
+        }
+    }
+    const int64_t *seg = b[0].buf, *start = b[1].buf, *length = b[2].buf;
+    for (int64_t d = 0; d < ndocs; d++) {
+        if (seg[d] < 0 || seg[d] >= nseg) {
+            PyErr_SetString(PyExc_ValueError, "centroid_interaction: segment index out of range");
+            goto done;
+        }
+        const Py_buffer *cb = &codes[seg[d]];
+        if (start[d] < 0 || length[d] < 0 || start[d] + length[d] > cb->len / cb->itemsize) {
+            PyErr_SetString(PyExc_ValueError, "centroid_interaction: document tokens out of range");
+            goto done;
+        }
+        doc_src *ds = &docs[d];
+        ds->code_size = (int)cb->itemsize;
+        ds->codes = (const char *)cb->buf + start[d] * cb->itemsize;
+        ds->n = length[d];
+        for (int64_t t = 0; t < ds->n; t++) {
+            const int64_t c = code_at(ds, t);
+            if (c < 0 || c >= n_centroids) {
+                PyErr_SetString(PyExc_ValueError, "centroid_interaction: centroid id out of range");
+                goto done;
+            }
+        }
+    }
+    {
+        rerank_args a = {docs, ndocs, 0, NULL, NULL, NULL, b[3].buf, q, b[4].buf};
+        Py_BEGIN_ALLOW_THREADS
+#ifdef SG_AVX2
+        if (!force_scalar && have_avx2())
+            interaction_avx2(&a);
+        else
+#endif
+            interaction_scalar(&a);
+        Py_END_ALLOW_THREADS
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    for (Py_ssize_t k = 0; k < nseg_got; k++) PyBuffer_Release(&codes[k]);
+    for (int k = 0; k < got; k++) PyBuffer_Release(&b[k]);
+    PyMem_Free(codes);
+    PyMem_Free(docs);
+    Py_XDECREF(cs);
     return result;
 }
 
@@ -583,6 +711,7 @@ static PyObject *set_scalar(PyObject *self, PyObject *arg) {
 static PyMethodDef methods[] = {
     {"rerank_nibbles", rerank_nibbles, METH_VARARGS, rerank_nibbles_doc},
     {"candidates", candidates, METH_VARARGS, candidates_doc},
+    {"centroid_interaction", centroid_interaction, METH_VARARGS, centroid_interaction_doc},
     {"simd", simd, METH_NOARGS, "The instruction set the kernels use: 'avx2' or 'scalar'."},
     {"set_scalar", set_scalar, METH_O, "Force the portable kernels (tests compare both)."},
     {NULL, NULL, 0, NULL},

@@ -666,6 +666,13 @@ class CompressedStore(SegmentStore):
         """PLAID stage 3: ``sum_q max_t S[q, code_t]`` over every token of each doc."""
         if len(docs) == 0:
             return np.zeros(0, np.float32)
+        if native.available():  # one pass in C over the segments in place (index/_kernels.c)
+            seg_of, lay = self._runs(view, docs)
+            out = np.empty(len(docs), np.float32)
+            native.centroid_interaction([s.codes for s in view.segs], np.asarray(seg_of, np.int64),
+                                        np.ascontiguousarray(lay[:, 0]), np.ascontiguousarray(lay[:, 1]),
+                                        np.ascontiguousarray(st, np.float32), out)
+            return out
         codes, lengths = self._codes_of(view, docs)
         sims = st[codes]  # (n_tok, q)
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)

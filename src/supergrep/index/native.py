@@ -79,3 +79,11 @@ def candidates(ivf: list[np.ndarray], ivf_off: list[np.ndarray], base: np.ndarra
     got = _kernels.candidates(ivf, ivf_off, base, probes, vals, cur[:n], acc[:n], keep.view(np.uint8),
                               float(impute_total), cand, score)
     return cand[:got], score[:got]
+
+
+def centroid_interaction(codes: list[np.ndarray], seg: np.ndarray, start: np.ndarray, length: np.ndarray,
+                         st: np.ndarray, out: np.ndarray) -> None:
+    """PLAID's centroid interaction: ``out[d]`` = sum over query tokens of max over document
+    ``d``'s tokens of ``st[code, j]`` (``st`` (K, q) float32), the documents read in place as in
+    ``rerank_nibbles`` (``codes[s]`` uint16/int32 per segment). GIL released."""
+    _kernels.centroid_interaction(codes, seg, start, length, st, out)
