@@ -146,6 +146,9 @@ def cmd_latency(args) -> dict:
     script = console_script(work)
     qs = queries(args.runs)
     env = dict(os.environ)
+    from supergrep.daemon.paths import native_client
+
+    native = native_client()  # daemon/sgr.c, where pip install compiled it
     out: dict = {"root": str(root), "chunks": proj["chunks"], "vectors": proj["vectors"],
                  "cached_bytes": proj["cached_bytes"], "machine": platform.processor() or platform.machine(),
                  "cpus": os.cpu_count(), "load_before": os.getloadavg(), "bytecode_compiled": compiled,
@@ -169,10 +172,19 @@ def cmd_latency(args) -> dict:
                 raise SystemExit(f"search failed: {r.stderr}")
             rows.setdefault(f"search --mode {mode}", []).append(ms)
             cpu.setdefault(f"search --mode {mode}", []).append(c)
+            if native:  # the same search through the native client (`sgr` after `supergrep init`)
+                ms, c, r2 = timed_cpu([native, qs[i % len(qs)], str(root), "--mode", mode],
+                                      {**env, "SUPERGREP_FALLBACK": str(script)})
+                if (r2.returncode, r2.stdout) != (r.returncode, r.stdout):
+                    raise SystemExit(f"the native client's output differs from the launcher's: {r2.stderr}")
+                rows.setdefault(f"sgr --mode {mode}", []).append(ms)
+                cpu.setdefault(f"sgr --mode {mode}", []).append(c)
     for name in cases:
         out["baseline"][name] = summary(rows[name])
     for mode in ("lexical", "semantic", "hybrid"):
         out["end_to_end"][mode] = summary(rows[f"search --mode {mode}"])
+        if native:
+            out.setdefault("end_to_end_native", {})[mode] = summary(rows[f"sgr --mode {mode}"])
     out["client_cpu_ms"] = {name: summary(v) for name, v in cpu.items()}
     # Server-side split, from the daemon's own timings.
     server: dict[str, dict[str, list[float]]] = {}

@@ -173,3 +173,89 @@ def test_concurrent_clients_and_a_save_becomes_searchable(daemon, indexed):
     assert errors == []
     assert client.call({"op": "status"})["counters"]["errors"] == 0
     assert max(latencies) < 10  # 2 s on a quiet machine (docs/daemon.md); generous under load
+
+
+def _native_client():
+    """The native client's path; missing only where `pip install` had no C compiler (and then
+    not where `make test` requires the compiled parts)."""
+    exe = paths.native_client()
+    if exe is None:
+        if os.environ.get("SUPERGREP_REQUIRE_NATIVE") == "1":
+            raise AssertionError("SUPERGREP_REQUIRE_NATIVE=1 but the native client (daemon/sgr) was not built")
+        pytest.skip("the native client is not built here")
+    return exe
+
+
+def _script(name):
+    import sys
+    from pathlib import Path
+
+    path = Path(sys.executable).parent / name  # the console script beside the interpreter
+    if not path.exists():
+        pytest.skip(f"no {name} console script beside {sys.executable}")
+    return str(path)
+
+
+def test_the_native_client_prints_what_the_cli_prints(daemon, indexed):
+    """`sgr` (daemon/sgr.c) as `supergrep init` sets it up: the same bytes on stdout and stderr
+    and the same exit status as the Python CLI's direct path, for searches the daemon answers
+    (counted) and for everything it hands back (other commands, errors click words)."""
+    import subprocess
+
+    exe, script = _native_client(), _script("supergrep")
+    env = {**daemon["env"], "SUPERGREP_FALLBACK": script}
+    before = client.call({"op": "status"})["counters"]["searches"]
+    answered = 0
+    for args in SEARCHES:
+        args = [a.format(root=indexed) for a in args]
+        native = subprocess.run([exe, *args], env=env, capture_output=True, text=True, timeout=180)
+        direct = subprocess.run([script, *args, "--direct"], env=env, capture_output=True, text=True, timeout=180)
+        assert (native.returncode, native.stdout, native.stderr) == (direct.returncode, direct.stdout,
+                                                                     direct.stderr), args
+        answered += native.returncode in (0, 1)
+    assert client.call({"op": "status"})["counters"]["searches"] - before >= answered - 1
+    r = subprocess.run([exe, "status", str(indexed)], env=env, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0 and "chunks" in r.stdout  # another command: the Python CLI ran it
+
+
+def test_the_native_client_falls_back_without_a_daemon(_isolated_home, indexed):
+    import subprocess
+
+    exe, script = _native_client(), _script("supergrep")
+    env = {**cli_env(_isolated_home), "SUPERGREP_FALLBACK": script}
+    args = ["retry_with_backoff", str(indexed), "--mode", "lexical", "--json"]
+    r = subprocess.run([exe, *args], env=env, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0 and json.loads(r.stdout)["count"] > 0  # no daemon: the direct path
+    r = subprocess.run([exe, *args], env={**env, "SUPERGREP_FALLBACK": "/no/such/supergrep"}, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "cannot run /no/such/supergrep" in r.stderr
+
+
+def test_the_argv_op_parses_with_the_clients_environment(daemon, indexed):
+    """The daemon's side of the native client: the launcher's own parser with the client's
+    working directory, environment and terminal; raw bytes after each header line."""
+    def ask(argv, cwd, env, tty=False):
+        """The first answer that is not a notice: (header, the raw bytes after it)."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(60)
+            s.connect(paths.socket_path())
+            s.sendall(json.dumps({"v": 1, "op": "argv", "argv": argv, "cwd": cwd, "tty": tty,
+                                  "env": env}).encode() + b"\n")
+            f = s.makefile("rb")
+            while True:
+                msg = json.loads(f.readline())
+                if "notice_bytes" in msg:
+                    f.read(msg["notice_bytes"])
+                    continue
+                return msg, f.read(msg["bytes"]) if "bytes" in msg else b""
+
+    msg, out = ask(["sessions", ".", "--mode", "lexical", "--json"], str(indexed), {"NO_COLOR": "1"})
+    assert msg["ok"] and msg["exit_code"] == 0 and json.loads(out)["count"] > 0
+    # an index dir that is a file: the launcher leaves it to click; read from the client's
+    # environment, not the daemon's
+    msg, _ = ask(["sessions", "--mode", "lexical", "--json"], str(indexed), {"SUPERGREP_INDEX_DIR": __file__})
+    assert msg["ok"] is False and msg["fallback"] is True
+    msg, _ = ask(["status"], str(indexed), {})
+    assert msg["ok"] is False and msg["fallback"] is True
+    msg, _ = ask("not a list", str(indexed), {})
+    assert msg["ok"] is False and msg["fallback"] is True

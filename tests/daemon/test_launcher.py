@@ -57,5 +57,5 @@ def test_the_fast_path_imports_only_the_standard_library():
             "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('numpy', 'click', 'torch', 'json', 're', 'socket', 'typing', 'pathlib', 'supergrep'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["supergrep", "supergrep.daemon", "supergrep.daemon.client", "supergrep.daemon.paths",
+    assert out == ["supergrep", "supergrep.daemon", "supergrep.daemon.client", "supergrep.daemon.cmdline", "supergrep.daemon.paths",
                    "supergrep.daemon.protocol", "supergrep.home", "supergrep.launcher"]

@@ -58,3 +58,24 @@ wait; sleep 0.5
     assert calls == [f"daemon add --quiet -- {repo.resolve()}"]  # once per git root, none outside
     r = run_cli(["init", "zsh"], cli_env(_isolated_home))
     assert "compdef" in r.stdout and "__supergrep_register" not in r.stdout
+
+
+def test_init_puts_the_native_client_on_sgr(_isolated_home, tmp_path):
+    """Where the native client was built, `init` makes `sgr` run it with `supergrep` as its
+    fallback: here without a daemon, so `sgr` ends in the Python CLI (its --help)."""
+    from supergrep.daemon.paths import native_client
+
+    exe = native_client()
+    if exe is None:
+        if os.environ.get("SUPERGREP_REQUIRE_NATIVE") == "1":
+            raise AssertionError("SUPERGREP_REQUIRE_NATIVE=1 but the native client was not built")
+        pytest.skip("the native client is not built here")
+    script = os.path.join(os.path.dirname(sys.executable), "supergrep")
+    r = subprocess.run([script, "init", "bash"], env=cli_env(_isolated_home), capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and f"SUPERGREP_FALLBACK={script} {exe}" in r.stdout
+    snippet = tmp_path / "init.bash"
+    snippet.write_text(r.stdout)
+    out = subprocess.run(["bash", "-c", f"source {snippet}; type sgr; sgr --help"], env=cli_env(_isolated_home),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "sgr is a function" in out.stdout and "Usage:" in out.stdout

@@ -57,6 +57,28 @@ __supergrep_register
 }
 
 
+def native_sgr(shell: str) -> str:
+    """``sgr`` as the daemon's native client (``daemon/sgr.c``) where it was built: a search
+    answered end to end in about the daemon's own time (the Python launcher's interpreter start
+    is ~25 ms on a 2-core machine); anything else it hands to ``supergrep``. Empty otherwise."""
+    import os
+    import shlex
+    import shutil
+    import sys
+
+    from supergrep.daemon.paths import native_client
+
+    client = native_client()
+    if client is None:
+        return ""
+    script = os.path.abspath(sys.argv[0]) if os.path.basename(sys.argv[0]) in ("supergrep", "sgr") else None
+    script = script or shutil.which("supergrep") or "supergrep"
+    head = "# `sgr QUERY`: the daemon's native search client (no Python start); other commands go to `supergrep`.\n"
+    if shell == "fish":
+        return head + f"function sgr; env SUPERGREP_FALLBACK={shlex.quote(script)} {shlex.quote(client)} $argv; end\n"
+    return head + f"sgr() {{ SUPERGREP_FALLBACK={shlex.quote(script)} {shlex.quote(client)} \"$@\"; }}\n"
+
+
 def completion_source(shell: str) -> str:
     """click's completion script for `supergrep` (and `sgr`) in ``shell``."""
     from click.shell_completion import get_completion_class
@@ -89,8 +111,8 @@ def completions_cmd(shell: str) -> None:
               help="Also register every git work tree you cd into with the daemon (it indexes and watches them).")
 @click.option("--no-completions", is_flag=True, help="Leave tab completion out.")
 def init_cmd(shell: str, auto_register: bool, no_completions: bool) -> None:
-    """Print a snippet for your shell's startup file: completion, and optionally
-    auto-registration of projects on `cd`.
+    """Print a snippet for your shell's startup file: completion, `sgr` as the daemon's native
+    search client (where it was built), and optionally auto-registration of projects on `cd`.
 
     \b
       supergrep init bash --auto-register > ~/.supergrep.bash   # then in ~/.bashrc:
@@ -102,6 +124,7 @@ def init_cmd(shell: str, auto_register: bool, no_completions: bool) -> None:
              f"{' --auto-register' if auto_register else ''}`; source it from {rc}.\n"]
     if not no_completions:
         parts.append(completion_source(shell))
+    parts.append(native_sgr(shell))
     if auto_register:
         parts.append(_HOOKS[shell].lstrip("\n"))
     click.echo("\n".join(parts), nl=False)

@@ -53,3 +53,10 @@ def log_path() -> str:
 
 def registry_path() -> str:
     return os.path.join(daemon_dir(), "projects.json")
+
+
+def native_client() -> str | None:
+    """The daemon's native search client (``daemon/sgr.c``, built by ``pip install`` where a C
+    compiler is available), or None."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sgr")
+    return path if os.path.isfile(path) and os.access(path, os.X_OK) else None

@@ -81,6 +81,10 @@ class _Connection(socketserver.BaseRequestHandler):
             elif message.get("op") == "stop":
                 answer = {"ok": True, "pid": os.getpid()}
                 owner.request_stop()
+            elif message.get("op") == "argv":
+                if not self._argv(sock, owner, message, head):
+                    return
+                continue
             elif message.get("op") in ("ping", "status"):
                 answer = owner.engine.handle(message, notice)
                 answer.update(socket=owner.socket_path, log=paths.log_path())
@@ -88,6 +92,39 @@ class _Connection(socketserver.BaseRequestHandler):
                 answer = owner.engine.handle(message, notice)
             if not self._send(sock, {**head, **answer}):
                 return
+
+    def _argv(self, sock: socket.socket, owner: Daemon, message: dict, head: dict) -> bool:
+        """The native client's request (``daemon/sgr.c``): its raw command line, parsed here by
+        the launcher's own ``parse_search``; the answer's text follows its header line as raw
+        bytes (no JSON string for a C client to unescape). Anything but output to show is sent as
+        a plain protocol answer, which the client takes as "run the Python CLI"."""
+        from supergrep.daemon.cmdline import parse_search
+
+        argv, cwd, env = message.get("argv"), message.get("cwd"), message.get("env") or {}
+        ok = (isinstance(argv, list) and all(isinstance(a, str) for a in argv) and isinstance(cwd, str)
+              and isinstance(env, dict) and all(isinstance(v, str) for v in env.values()))
+        request = parse_search(argv, cwd, env=env, tty=bool(message.get("tty"))) if ok else None
+        if request is None:
+            return self._send(sock, {**head, **error("Fallback", "not a plain search", fallback=True)})
+
+        def notice(text: str) -> None:
+            data = (text + "\n").encode("utf-8", "replace")
+            self._send_raw(sock, head, {"notice_bytes": len(data)}, data)
+
+        answer = owner.engine.handle(request, notice)
+        out, code = answer.get("stdout"), answer.get("exit_code")
+        if not answer.get("ok") or not isinstance(out, str) or code not in (0, 1):
+            return self._send(sock, {**head, **answer, "ok": False})
+        data = out.encode("utf-8", "replace")
+        return self._send_raw(sock, head, {"ok": True, "exit_code": code, "bytes": len(data)}, data)
+
+    @staticmethod
+    def _send_raw(sock: socket.socket, head: dict, fields: dict, data: bytes) -> bool:
+        try:
+            sock.sendall(encode({**head, **fields}) + data)
+            return True
+        except OSError:
+            return False
 
     @staticmethod
     def _send(sock: socket.socket, message: dict) -> bool:
