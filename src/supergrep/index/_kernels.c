@@ -324,6 +324,33 @@ static int get_buffer(PyObject *obj, Py_buffer *view, int writable, const char *
     return 0;
 }
 
+/* Point ds at tokens start .. start + length of segment seg's centroid ids (seg_codes[seg], with a
+ * stride of `stride` bytes between segments' buffers), checking the segment, the range and every
+ * id against n_centroids: -1 with a ValueError naming fn. */
+static int doc_codes(doc_src *ds, const char *fn, const Py_buffer *seg_codes, size_t stride, Py_ssize_t nseg,
+                     int64_t seg, int64_t start, int64_t length, int64_t n_centroids) {
+    if (seg < 0 || seg >= nseg) {
+        PyErr_Format(PyExc_ValueError, "%s: segment index out of range", fn);
+        return -1;
+    }
+    const Py_buffer *cb = (const Py_buffer *)((const char *)seg_codes + (size_t)seg * stride);
+    if (start < 0 || length < 0 || start + length > cb->len / cb->itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s: document tokens out of range", fn);
+        return -1;
+    }
+    ds->code_size = (int)cb->itemsize;
+    ds->codes = (const char *)cb->buf + start * cb->itemsize;
+    ds->n = length;
+    for (int64_t t = 0; t < length; t++) {
+        const int64_t c = code_at(ds, t);
+        if (c < 0 || c >= n_centroids) {
+            PyErr_Format(PyExc_ValueError, "%s: centroid id out of range", fn);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(rerank_nibbles_doc,
 "rerank_nibbles(resid, codes, scale, seg, start, length, wp, alpha, offset, st, out)\n\n"
 "Exact MaxSim of documents from their 4-bit residuals, read in place from the segments' arrays\n"
@@ -400,30 +427,14 @@ static PyObject *rerank_nibbles(PyObject *self, PyObject *args) {
     }
     const int64_t *seg = b[0].buf, *start = b[1].buf, *length = b[2].buf;
     for (int64_t d = 0; d < ndocs; d++) {
-        if (seg[d] < 0 || seg[d] >= nseg) {
-            PyErr_SetString(PyExc_ValueError, "rerank_nibbles: segment index out of range");
-            goto done;
-        }
-        const seg_bufs *sb = &segs[seg[d]];
-        const int64_t n = sb->codes.len / sb->codes.itemsize;
-        if (start[d] < 0 || length[d] < 0 || start[d] + length[d] > n) {
-            PyErr_SetString(PyExc_ValueError, "rerank_nibbles: document tokens out of range");
-            goto done;
-        }
         doc_src *ds = &docs[d];
+        if (doc_codes(ds, "rerank_nibbles", &segs[0].codes, sizeof(seg_bufs), nseg, seg[d], start[d], length[d],
+                      n_centroids) < 0)
+            goto done;
+        const seg_bufs *sb = &segs[seg[d]];
         ds->resid = (const uint8_t *)sb->resid.buf + start[d] * nb;
-        ds->code_size = (int)sb->codes.itemsize;
-        ds->codes = (const char *)sb->codes.buf + start[d] * sb->codes.itemsize;
         ds->scale_size = sb->has_scale ? (int)sb->scale.itemsize : 0;
         ds->scale = sb->has_scale ? (const char *)sb->scale.buf + start[d] * sb->scale.itemsize : NULL;
-        ds->n = length[d];
-        for (int64_t t = 0; t < ds->n; t++) {
-            const int64_t c = code_at(ds, t);
-            if (c < 0 || c >= n_centroids) {
-                PyErr_SetString(PyExc_ValueError, "rerank_nibbles: centroid id out of range");
-                goto done;
-            }
-        }
     }
     {
         rerank_args a = {docs, ndocs, nb, b[3].buf, b[4].buf, b[5].buf, b[6].buf, q, b[7].buf};
@@ -497,26 +508,9 @@ static PyObject *centroid_interaction(PyObject *self, PyObject *args) {
     }
     const int64_t *seg = b[0].buf, *start = b[1].buf, *length = b[2].buf;
     for (int64_t d = 0; d < ndocs; d++) {
-        if (seg[d] < 0 || seg[d] >= nseg) {
-            PyErr_SetString(PyExc_ValueError, "centroid_interaction: segment index out of range");
+        if (doc_codes(&docs[d], "centroid_interaction", codes, sizeof(Py_buffer), nseg, seg[d], start[d], length[d],
+                      n_centroids) < 0)
             goto done;
-        }
-        const Py_buffer *cb = &codes[seg[d]];
-        if (start[d] < 0 || length[d] < 0 || start[d] + length[d] > cb->len / cb->itemsize) {
-            PyErr_SetString(PyExc_ValueError, "centroid_interaction: document tokens out of range");
-            goto done;
-        }
-        doc_src *ds = &docs[d];
-        ds->code_size = (int)cb->itemsize;
-        ds->codes = (const char *)cb->buf + start[d] * cb->itemsize;
-        ds->n = length[d];
-        for (int64_t t = 0; t < ds->n; t++) {
-            const int64_t c = code_at(ds, t);
-            if (c < 0 || c >= n_centroids) {
-                PyErr_SetString(PyExc_ValueError, "centroid_interaction: centroid id out of range");
-                goto done;
-            }
-        }
     }
     {
         rerank_args a = {docs, ndocs, 0, NULL, NULL, NULL, b[3].buf, q, b[4].buf};
