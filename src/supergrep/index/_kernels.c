@@ -35,6 +35,10 @@
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define SG_AVX2 1
 #include <immintrin.h>
+/* AVX-512 VNNI intrinsics: GCC 9+, clang 8+ (older compilers build the AVX2 path alone) */
+#if (defined(__clang__) && __clang_major__ >= 8) || (!defined(__clang__) && __GNUC__ >= 9)
+#define SG_VNNI 1
+#endif
 #endif
 
 typedef struct {
@@ -160,6 +164,7 @@ SG_TARGET static inline __attribute__((always_inline)) void token_dots_avx2(cons
     }
 }
 
+#ifdef SG_VNNI
 /* The same products with VNNI's u8 x s8 four-way dot into int32 (one instruction where AVX2
  * needs maddubs + add and a madd every 4 groups): the same integers. */
 SG_TARGET_VNNI static inline __attribute__((always_inline)) void token_dots_vnni(const uint8_t *r, int64_t nb, const int8_t *wp,
@@ -179,6 +184,8 @@ SG_TARGET_VNNI static inline __attribute__((always_inline)) void token_dots_vnni
         }
     }
 }
+
+#endif
 
 /* One pass over the documents' tokens for NJB query blocks; a copy per instruction set. */
 #define SG_RERANK_VARIANT(SUFFIX, TARGET)                                                                    \
@@ -243,7 +250,9 @@ SG_TARGET_VNNI static inline __attribute__((always_inline)) void token_dots_vnni
     }
 
 SG_RERANK_VARIANT(avx2, SG_TARGET)
+#ifdef SG_VNNI
 SG_RERANK_VARIANT(vnni, SG_TARGET_VNNI)
+#endif
 
 static int have_avx2(void) {
     static int cached = -1;
@@ -255,6 +264,7 @@ static int have_avx2(void) {
 }
 
 static int have_vnni(void) {
+#ifdef SG_VNNI
     static int cached = -1;
     if (cached < 0) {
         __builtin_cpu_init();
@@ -262,6 +272,9 @@ static int have_vnni(void) {
                  __builtin_cpu_supports("avx512vnni");
     }
     return cached;
+#else
+    return 0;
+#endif
 }
 #endif
 
@@ -440,9 +453,12 @@ static PyObject *rerank_nibbles(PyObject *self, PyObject *args) {
         rerank_args a = {docs, ndocs, nb, b[3].buf, b[4].buf, b[5].buf, b[6].buf, q, b[7].buf};
         Py_BEGIN_ALLOW_THREADS
 #ifdef SG_AVX2
+#ifdef SG_VNNI
         if (!force_scalar && have_vnni())
             rerank_vnni(&a);
-        else if (!force_scalar && have_avx2())
+        else
+#endif
+        if (!force_scalar && have_avx2())
             rerank_avx2(&a);
         else
 #endif
