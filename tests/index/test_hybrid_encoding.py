@@ -1,5 +1,6 @@
-"""Hybrid search encodes the query on the helper thread while BM25 runs: same results as
-encoding in line, and the encoder's errors still reach the caller."""
+"""Hybrid search runs BM25 on the lexical thread while it encodes the query and runs the semantic
+stage (or, without that thread, encodes on the helper thread while BM25 runs): the same results
+as everything in line, and errors on either side still reach the caller."""
 
 from __future__ import annotations
 
@@ -25,17 +26,53 @@ class Failing:
         raise RuntimeError("the model broke")
 
 
-def test_hybrid_encodes_beside_bm25_with_the_same_results(sample_project, tiny_encoder):
+def test_hybrid_runs_bm25_or_the_encoding_beside_with_the_same_results(sample_project, tiny_encoder):
     index = Index(sample_project)
     update_index(index, tiny_encoder)
     s = Searcher(index, tiny_encoder)
     if (os.cpu_count() or 1) > 1:
         assert s._encode_beside("retry") is not None  # the helper thread exists
+        assert s._lexical_beside("retry", 10, None) is not None  # and the lexical thread
     queries = ["retry the request", "parse the config file", "session"]
-    beside = [[(h.chunk_id, h.score) for h in s.search(q, mode="hybrid")] for q in queries]
-    s._encode_beside = lambda q: None  # in line, as on one core
-    inline = [[(h.chunk_id, h.score) for h in s.search(q, mode="hybrid")] for q in queries]
-    assert beside == inline and any(beside)
+
+    def run():
+        return [[(h.chunk_id, h.score) for h in s.search(q, mode="hybrid")] for q in queries]
+
+    bm25_beside = run()
+    s._lexical_beside = lambda *a: None  # BM25 in line, the encoding beside it
+    encoding_beside = run()
+    s._encode_beside = lambda q: None  # everything in line, as on one core
+    inline = run()
+    assert bm25_beside == encoding_beside == inline and any(inline)
+    index.close()
+
+
+def test_a_bm25_error_on_the_lexical_thread_reaches_the_caller_after_it_ends(sample_project, tiny_encoder,
+                                                                            monkeypatch):
+    """The caller gets BM25's error, and the search returns only once the lexical thread is done
+    with its connection (closing the index right after must be safe)."""
+    import threading
+
+    index = Index(sample_project)
+    update_index(index, tiny_encoder)
+    s = Searcher(index, tiny_encoder)
+    if s._lexical_beside("retry", 10, None) is None:
+        pytest.skip("one core: no lexical thread")
+    side, done = index.side_handle(), threading.Event()
+
+    def broken(*a):
+        done.wait(5)  # still running when the semantic stage fails
+        raise RuntimeError("the FTS index broke")
+
+    monkeypatch.setattr(side, "lexical", broken)
+    s2 = Searcher(index, Failing(tiny_encoder))
+    t = threading.Timer(0.2, done.set)
+    t.start()
+    with pytest.raises(RuntimeError, match="the model broke"):  # the semantic side's error first
+        s2.search("retry the request", mode="hybrid")
+    assert done.is_set()  # it waited for the lexical thread
+    with pytest.raises(RuntimeError, match="the FTS index broke"):
+        s.search("retry the request", mode="hybrid")
     index.close()
 
 

@@ -706,8 +706,7 @@ class CompressedStore(SegmentStore):
         return view.doc_ids[docs[best]], scores[best]
 
     def search_deep(self, conn: sqlite3.Connection, query: np.ndarray, k: int, allowed: np.ndarray | None = None,
-                    also: list[int] | None = None,
-                    exact: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+                    also=None, exact: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
         """Hybrid fusion's semantic side: the best ``rerank`` candidates get exact MaxSim, as in
         ``search``; the rest of the top ``k`` and the ``also`` chunks get their centroid
         interaction (``sum_q max_t S[q, code_t]``, no residual decoded) shifted by the median
@@ -736,6 +735,7 @@ class CompressedStore(SegmentStore):
         top = np.sort(docs[:rerank])
         exact_scores = self._exact_scores(view, codec, query, top, st)
         deep = docs[rerank:]
+        also = also() if callable(also) else also  # BM25's hits, computed meanwhile (hybrid)
         if also:
             extra = self._global_docs(view, np.asarray(list(also), dtype=np.int64))
             extra = extra[extra >= 0]

@@ -129,6 +129,7 @@ class Index:
         self._store: VectorStore | None = None
         self.compress = CompressSettings()  # index/search knobs of the compressed store
         self._manifest: Manifest | None = None
+        self._side: Index | None = None  # side_handle()
 
     # --------------------------------------------------------------------------- opening
     def exists(self) -> bool:
@@ -182,6 +183,13 @@ class Index:
         other._store = self.store  # type: ignore[assignment]
         return other
 
+    def side_handle(self) -> Index:
+        """A second handle kept with this one, for work this handle's thread hands to another
+        (hybrid search's BM25): opened once, closed with this handle."""
+        if self._side is None:
+            self._side = self.handle()
+        return self._side
+
     def drop_store(self) -> None:
         """Forget the store object (after a conversion the next access opens the new kind)."""
         self._store = None
@@ -203,6 +211,9 @@ class Index:
             c.integer_scores = search_cfg.integer_scores
 
     def close(self) -> None:
+        if self._side is not None:
+            self._side.close()
+            self._side = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None

@@ -21,6 +21,7 @@ import re
 import sqlite3
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,11 +73,12 @@ class VectorStore(ABC):
         """Exact MaxSim of the query against the given chunks (missing ids score -inf)."""
 
     def search_deep(self, conn: sqlite3.Connection, query: np.ndarray, k: int, allowed: np.ndarray | None = None,
-                    also: list[int] | None = None,
+                    also: list[int] | Callable[[], list[int]] | None = None,
                     exact: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
         """The top-``k`` chunks by MaxSim and the scores of the chunks in ``also`` (hybrid
         fusion's candidates: a deep ranking plus BM25's hits), where a store that prunes may
-        estimate the scores it did not compute exactly.
+        estimate the scores it did not compute exactly. ``also`` may be a callable, called once
+        the ranking is done (hybrid search runs BM25 meanwhile on another thread).
 
         Returns:
             (chunk ids, scores, exact: bool per id, margin), the top ``k`` first, best first,
@@ -85,6 +87,7 @@ class VectorStore(ABC):
         """
         ids, scores = self.search(conn, query, k, allowed, exact=exact)
         known = set(ids.tolist())
+        also = also() if callable(also) else also
         extra = [d for d in dict.fromkeys(also or []) if d not in known]
         if extra:
             sc = self.score(conn, query, extra)
