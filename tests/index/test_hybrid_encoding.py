@@ -1,6 +1,6 @@
 """Hybrid search runs BM25 on the lexical thread while it encodes the query and runs the semantic
-stage (or, without that thread, encodes on the helper thread while BM25 runs): the same results
-as everything in line, and errors on either side still reach the caller."""
+stage: the same results as everything in line (a single core), and errors on either side still
+reach the caller."""
 
 from __future__ import annotations
 
@@ -26,24 +26,21 @@ class Failing:
         raise RuntimeError("the model broke")
 
 
-def test_hybrid_runs_bm25_or_the_encoding_beside_with_the_same_results(sample_project, tiny_encoder):
+def test_hybrid_runs_bm25_beside_with_the_same_results(sample_project, tiny_encoder):
     index = Index(sample_project)
     update_index(index, tiny_encoder)
     s = Searcher(index, tiny_encoder)
     if (os.cpu_count() or 1) > 1:
-        assert s._encode_beside("retry") is not None  # the helper thread exists
-        assert s._lexical_beside("retry", 10, None) is not None  # and the lexical thread
+        assert s._lexical_beside("retry", 10, None) is not None  # the lexical thread exists
     queries = ["retry the request", "parse the config file", "session"]
 
     def run():
         return [[(h.chunk_id, h.score) for h in s.search(q, mode="hybrid")] for q in queries]
 
     bm25_beside = run()
-    s._lexical_beside = lambda *a: None  # BM25 in line, the encoding beside it
-    encoding_beside = run()
-    s._encode_beside = lambda q: None  # everything in line, as on one core
+    s._lexical_beside = lambda *a: None  # everything in line, as on one core
     inline = run()
-    assert bm25_beside == encoding_beside == inline and any(inline)
+    assert bm25_beside == inline and any(inline)
     index.close()
 
 
@@ -76,7 +73,7 @@ def test_a_bm25_error_on_the_lexical_thread_reaches_the_caller_after_it_ends(sam
     index.close()
 
 
-def test_an_encoding_error_on_the_helper_thread_reaches_the_caller(sample_project, tiny_encoder):
+def test_an_encoding_error_reaches_the_caller(sample_project, tiny_encoder):
     index = Index(sample_project)
     update_index(index, tiny_encoder)
     s = Searcher(index, Failing(tiny_encoder))

@@ -109,27 +109,20 @@ class _Connection(socketserver.BaseRequestHandler):
 
         def notice(text: str) -> None:
             data = (text + "\n").encode("utf-8", "replace")
-            self._send_raw(sock, head, {"notice_bytes": len(data)}, data)
+            self._send(sock, {**head, "notice_bytes": len(data)}, data)
 
         answer = owner.engine.handle(request, notice)
         out, code = answer.get("stdout"), answer.get("exit_code")
         if not answer.get("ok") or not isinstance(out, str) or code not in (0, 1):
             return self._send(sock, {**head, **answer, "ok": False})
         data = out.encode("utf-8", "replace")
-        return self._send_raw(sock, head, {"ok": True, "exit_code": code, "bytes": len(data)}, data)
+        return self._send(sock, {**head, "ok": True, "exit_code": code, "bytes": len(data)}, data)
 
     @staticmethod
-    def _send_raw(sock: socket.socket, head: dict, fields: dict, data: bytes) -> bool:
+    def _send(sock: socket.socket, message: dict, raw: bytes = b"") -> bool:
+        """One message line, then ``raw`` bytes (the ``argv`` op's text). False: the client left."""
         try:
-            sock.sendall(encode({**head, **fields}) + data)
-            return True
-        except OSError:
-            return False
-
-    @staticmethod
-    def _send(sock: socket.socket, message: dict) -> bool:
-        try:
-            sock.sendall(encode(message))
+            sock.sendall(encode(message) + raw)
             return True
         except OSError:  # the client went away (e.g. `| head` closed, or Ctrl-C)
             return False

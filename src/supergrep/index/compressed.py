@@ -55,23 +55,31 @@ from supergrep.scoring.maxsim import top_k
 
 log = logging.getLogger(__name__)
 
-_POOL: object = None
+_POOLS: dict[str, object] = {}
 _POOL_LOCK = threading.Lock()
 
 
-def helper_pool():
-    """One helper thread for a search's second core (None on a single core): half of the exact
-    re-rank's blocks, hybrid's query encoding beside BM25. Created on first use, shared by every
-    store and thread of the process (the daemon's searches queue on it)."""
-    global _POOL
-    if _POOL is None:
+def thread_pool(name: str, workers: int):
+    """A process-wide pool of ``workers`` threads named ``name``, created on first use; None on a
+    single core (the work then runs in line). Shared by every store, searcher and thread of the
+    process (the daemon's searches queue on it)."""
+    pool = _POOLS.get(name)
+    if pool is None:
         import os
         from concurrent.futures import ThreadPoolExecutor
 
         with _POOL_LOCK:
-            if _POOL is None:
-                _POOL = ThreadPoolExecutor(1, thread_name_prefix="sg-rerank") if (os.cpu_count() or 1) > 1 else False
-    return _POOL or None
+            pool = _POOLS.get(name)
+            if pool is None:
+                pool = ThreadPoolExecutor(workers, thread_name_prefix=name) if (os.cpu_count() or 1) > 1 else False
+                _POOLS[name] = pool
+    return pool or None
+
+
+def helper_pool():
+    """One helper thread for a search's second core: half of the exact re-rank and of the
+    query-centroid product."""
+    return thread_pool("sg-rerank", 1)
 
 SEGMENT_KIND, SEGMENT_VERSION = "compressed-segment", 2  # 2: + scale
 # 2: + rotation (the residual coded on its principal axes). A codec without one is still

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import functools
-import os
 import re
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -100,24 +98,6 @@ def query_style(query: str) -> str:
     return "natural"
 
 
-_LEX_POOL: object = None
-_LEX_LOCK = threading.Lock()
-
-
-def _lexical_pool():
-    """Two threads for hybrid searches' BM25 (two concurrent daemon searches each get one), on
-    a machine with a second core; None on one core. Not the store's helper thread: the semantic
-    stage queues work there and waits for it."""
-    global _LEX_POOL
-    if _LEX_POOL is None:
-        with _LEX_LOCK:
-            if _LEX_POOL is None:
-                from concurrent.futures import ThreadPoolExecutor
-
-                _LEX_POOL = ThreadPoolExecutor(2, thread_name_prefix="sg-lexical") if (os.cpu_count() or 1) > 1 else False
-    return _LEX_POOL or None
-
-
 class Searcher:
     """Runs queries against one index.
 
@@ -194,23 +174,17 @@ class Searcher:
     def _query_vectors(self, query: str) -> np.ndarray:
         return self.encoder.encode_queries([query])[0]  # (q_tokens, dim)
 
-    def _encode_beside(self, query: str):
-        """Hybrid: the query's encoding on the helper thread while this one runs BM25 (both
-        release the GIL: onnxruntime / torch and SQLite), or None on a single core. The model is
-        loaded and checked here, so its errors are this thread's."""
-        from supergrep.index.compressed import helper_pool
-
-        enc = self.encoder
-        pool = helper_pool()
-        return pool.submit(enc.encode_queries, [query]) if pool is not None else None
-
     def _lexical_beside(self, query: str, k: int, allowed: np.ndarray | None):
         """Hybrid: BM25 on the lexical thread, through its own handle on the index (one SQLite
         connection must not serve two threads at once), while this thread encodes the query and
         runs the semantic stage, which needs BM25's hits only at its end. None on a single core.
-        In-process, stdlib project: BM25 + the semantic stage 22.7-24.3 ms one after the other,
-        16.7-19.9 ms side by side (docs/benchmarks.md, "Fused C kernels")."""
-        pool = _lexical_pool()
+        Two threads (two concurrent daemon searches each get one), not the store's helper thread:
+        the semantic stage queues work there and waits for it. In-process, stdlib project: BM25 +
+        the semantic stage 22.7-24.3 ms one after the other, 16.7-19.9 ms side by side
+        (docs/benchmarks.md, "Fused C kernels")."""
+        from supergrep.index.compressed import thread_pool
+
+        pool = thread_pool("sg-lexical", 2)
         if pool is None:
             return None
         return pool.submit(self.index.side_handle().lexical, query, k, allowed)
@@ -299,7 +273,6 @@ class Searcher:
         lex_job = self._lexical_beside(query, max(cfg.candidates, deep), allowed) if mode == "hybrid" else None
         if lex_job is not None:
             beside.append(lex_job)
-        encoding = self._encode_beside(query) if mode == "hybrid" and lex_job is None else None
         if mode == "lexical" or (mode == "hybrid" and lex_job is None):
             ids, scores = self.index.lexical(query, deep if mode == "lexical" else max(cfg.candidates, deep), allowed)
             lex = dict(zip(ids.tolist(), scores.tolist(), strict=True))
@@ -318,7 +291,7 @@ class Searcher:
             ids, scores = store.search(conn, q, deep, allowed, exact=cfg.exact)
             sem = dict(zip(ids.tolist(), scores.tolist(), strict=True))
         elif mode == "hybrid":
-            q = encoding.result()[0] if encoding is not None else self._query_vectors(query)
+            q = self._query_vectors(query)
             # Score fusion needs a semantic score for every BM25 candidate too; RRF only ranks.
             also = (lambda: list(lexical_hits())) if cfg.fusion == "score" else []
             ids, scores, is_exact, margin = store.search_deep(conn, q, max(limit, cfg.candidates), allowed, also,
