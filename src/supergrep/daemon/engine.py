@@ -544,7 +544,7 @@ class Engine:
                     raise
                 log.warning("the index of %s is damaged (%s); rebuilding it", p.root, exc)
                 rep = self._apply(p, enc, cfg, set(), True, True, False)
-            self._warm(p)
+            self._warm(p, cfg)
         self.counters["updates"] += 1
         p.state, p.last_error, p.last_update = "ready", None, time.time()
         p.last_report = {"files": rep.files, "chunks": rep.chunks, "files_indexed": rep.files_indexed,
@@ -587,11 +587,15 @@ class Engine:
             return _corrupt(exc)
         return False
 
-    def _warm(self, p: Project) -> None:
+    def _warm(self, p: Project, cfg: Config | None = None) -> None:
+        """After an update: the store's pages mapped, the in-memory BM25 brought up to date (its
+        first build reads every row: ~0.7 s for 12,670 chunks; later ones only the rows added)."""
         try:
             with p.reader() as index:
                 if index.exists():
                     index.store.warm(index.conn)
+                    index.lexicon.max_chunks = (cfg or load_config(p.root, p.config)).daemon.bm25_memory_chunks
+                    index.lexicon.refresh(index.conn)
         except Exception as exc:  # warming is an optimisation; the next search tells the truth
             log.debug("warming %s failed: %s", p.root, exc)
 
@@ -698,6 +702,8 @@ class Engine:
                     with self._scan_slots if scans else contextlib.nullcontext():
                         t_slot = time.perf_counter()
                         with p.reader() as index:
+                            # BM25 from memory once built (a background refresh when stale)
+                            index.lexicon.max_chunks = cfg.daemon.bm25_memory_chunks
                             searcher = Searcher(index, load, cfg.search)  # type: ignore[arg-type]
                             hits = searcher.search(query, mode=mode, limit=request.get("limit"), filters=filters,
                                                    auto=bool(request.get("auto")))

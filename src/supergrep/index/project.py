@@ -35,6 +35,7 @@ from supergrep.index.format import (
     connect,
     default_index_dir,
 )
+from supergrep.index.lexicon import Lexicon
 from supergrep.index.store import VECTOR_DTYPES, SegmentStore, VectorStore
 from supergrep.scoring.bm25 import code_terms, query_terms
 
@@ -130,6 +131,7 @@ class Index:
         self.compress = CompressSettings()  # index/search knobs of the compressed store
         self._manifest: Manifest | None = None
         self._side: Index | None = None  # side_handle()
+        self._lexicon: Lexicon | None = None
 
     # --------------------------------------------------------------------------- opening
     def exists(self) -> bool:
@@ -181,7 +183,16 @@ class Index:
         other._manifest = self.manifest
         other.compress = self.compress
         other._store = self.store  # type: ignore[assignment]
+        other._lexicon = self.lexicon
         return other
+
+    @property
+    def lexicon(self) -> Lexicon:
+        """The in-memory BM25 shared by this handle's family (off until a long-lived process
+        sets its ``max_chunks``; ``index/lexicon.py``)."""
+        if self._lexicon is None:
+            self._lexicon = Lexicon(self.dir, BM25_WEIGHTS)
+        return self._lexicon
 
     def side_handle(self) -> Index:
         """A second handle kept with this one, for work this handle's thread hands to another
@@ -346,21 +357,27 @@ class Index:
         return np.array(sorted(r[0] for r in rows), dtype=np.int64)
 
     def lexical(self, query: str, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """BM25 (SQLite FTS5) over path, symbol and body terms; scores are positive, higher better."""
+        """BM25 (SQLite FTS5) over path, symbol and body terms; scores are positive, higher better.
+        ``allowed``: sorted chunk ids the results must be among (the top ``k`` of those)."""
         terms = query_terms(query)
         if not terms:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        if self._lexicon is not None:  # the same answer from memory, where a long-lived process keeps it
+            got = self._lexicon.search(self.conn, terms, k, allowed)
+            if got is not None:
+                return got
         match = " OR ".join(f'"{t}"' for t in terms)
-        limit = k if allowed is None else max(10 * k, 2000)
         w = ", ".join(str(x) for x in BM25_WEIGHTS)
-        rows = self.conn.execute(
-            f"SELECT rowid, bm25(chunks_fts, {w}) AS s FROM chunks_fts WHERE chunks_fts MATCH ?"
-            " ORDER BY s LIMIT ?",
-            (match, limit),
-        ).fetchall()
+        sql = (f"SELECT rowid, bm25(chunks_fts, {w}) AS s FROM chunks_fts WHERE chunks_fts MATCH ?"
+               " ORDER BY s LIMIT ?")
+        limit = k if allowed is None else max(10 * k, 2000)
+        rows = self.conn.execute(sql, (match, limit)).fetchall()
         if allowed is not None:
             ok = set(allowed.tolist())
-            rows = [r for r in rows if r[0] in ok][:k]
+            kept = [r for r in rows if r[0] in ok]
+            if len(kept) < k and len(rows) == limit:  # the filter left too few of the first
+                kept = [r for r in self.conn.execute(sql, (match, -1)) if r[0] in ok]  # rows: all
+            rows = kept[:k]
         ids = np.array([r[0] for r in rows], dtype=np.int64)
         return ids, -np.array([r[1] for r in rows], dtype=np.float32)
 
