@@ -107,7 +107,7 @@ class DaemonConfig:
     search_threads: int = _f(0, "Semantic and hybrid searches that scan vectors at once (others queue; lexical ones never wait); 0: one per CPU core.")
     rescan_s: int = _f(600, "Walk every registered project this often, for changes the watcher missed (0: never).")
     preload: bool = _f(True, "Load the default model when the daemon starts, so the first semantic search is warm.")
-    bm25_memory_chunks: int = _f(200_000, "Keep each project's BM25 statistics in memory (SQLite FTS5's scores, bit for bit, ~10x faster; ~8 B per term occurrence) for projects of at most this many chunks (0: always ask FTS5; docs/daemon.md).")
+    mirror_max_chunks: int = _f(200_000, "Keep each project's catalog in memory (BM25 statistics: SQLite FTS5's scores bit for bit, ~10x faster; each chunk's path, kind, symbol, part) for projects of at most this many chunks (~8 B per term occurrence + ~200 B per chunk; 0: always ask SQLite; docs/daemon.md).")
 
 
 @dataclass

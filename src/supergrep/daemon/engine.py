@@ -588,14 +588,14 @@ class Engine:
         return False
 
     def _warm(self, p: Project, cfg: Config | None = None) -> None:
-        """After an update: the store's pages mapped, the in-memory BM25 brought up to date (its
+        """After an update: the store's pages mapped, the in-memory catalog brought up to date (its
         first build reads every row: ~0.7 s for 12,670 chunks; later ones only the rows added)."""
         try:
             with p.reader() as index:
                 if index.exists():
                     index.store.warm(index.conn)
-                    index.lexicon.max_chunks = (cfg or load_config(p.root, p.config)).daemon.bm25_memory_chunks
-                    index.lexicon.refresh(index.conn)
+                    index.mirror.max_chunks = (cfg or load_config(p.root, p.config)).daemon.mirror_max_chunks
+                    index.mirror.refresh(index.conn)
         except Exception as exc:  # warming is an optimisation; the next search tells the truth
             log.debug("warming %s failed: %s", p.root, exc)
 
@@ -702,8 +702,9 @@ class Engine:
                     with self._scan_slots if scans else contextlib.nullcontext():
                         t_slot = time.perf_counter()
                         with p.reader() as index:
-                            # BM25 from memory once built (a background refresh when stale)
-                            index.lexicon.max_chunks = cfg.daemon.bm25_memory_chunks
+                            # BM25 and chunk metadata from memory once built (refreshed in the
+                            # background when stale)
+                            index.mirror.max_chunks = cfg.daemon.mirror_max_chunks
                             searcher = Searcher(index, load, cfg.search)  # type: ignore[arg-type]
                             hits = searcher.search(query, mode=mode, limit=request.get("limit"), filters=filters,
                                                    auto=bool(request.get("auto")))

@@ -35,7 +35,7 @@ from supergrep.index.format import (
     connect,
     default_index_dir,
 )
-from supergrep.index.lexicon import Lexicon
+from supergrep.index.mirror import Mirror
 from supergrep.index.store import VECTOR_DTYPES, SegmentStore, VectorStore
 from supergrep.scoring.bm25 import code_terms, query_terms
 
@@ -131,7 +131,7 @@ class Index:
         self.compress = CompressSettings()  # index/search knobs of the compressed store
         self._manifest: Manifest | None = None
         self._side: Index | None = None  # side_handle()
-        self._lexicon: Lexicon | None = None
+        self._mirror: Mirror | None = None
 
     # --------------------------------------------------------------------------- opening
     def exists(self) -> bool:
@@ -183,16 +183,16 @@ class Index:
         other._manifest = self.manifest
         other.compress = self.compress
         other._store = self.store  # type: ignore[assignment]
-        other._lexicon = self.lexicon
+        other._mirror = self.mirror
         return other
 
     @property
-    def lexicon(self) -> Lexicon:
-        """The in-memory BM25 shared by this handle's family (off until a long-lived process
-        sets its ``max_chunks``; ``index/lexicon.py``)."""
-        if self._lexicon is None:
-            self._lexicon = Lexicon(self.dir, BM25_WEIGHTS)
-        return self._lexicon
+    def mirror(self) -> Mirror:
+        """The in-memory catalog (BM25, chunk metadata) shared by this handle's family: off until
+        a long-lived process sets its ``max_chunks`` (``index/mirror.py``)."""
+        if self._mirror is None:
+            self._mirror = Mirror(self.dir, BM25_WEIGHTS)
+        return self._mirror
 
     def side_handle(self) -> Index:
         """A second handle kept with this one, for work this handle's thread hands to another
@@ -323,6 +323,10 @@ class Index:
     def chunk_meta(self, ids) -> dict[int, tuple[str, str, str, int]]:
         """chunk id -> (its file's path, kind, symbol, part): what the ranking priors and the
         grouping of a split definition's parts need, without the texts."""
+        if self._mirror is not None:
+            got = self._mirror.chunk_meta(self.conn, ids)
+            if got is not None:
+                return got
         return {d: (path, kind, symbol, part) for d, path, kind, symbol, part in self._select_in(
             "SELECT c.id, f.path, c.kind, c.symbol, c.part FROM chunks c JOIN files f ON f.id = c.file_id"
             " WHERE c.id IN ({})", [int(i) for i in ids])}
@@ -362,8 +366,8 @@ class Index:
         terms = query_terms(query)
         if not terms:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        if self._lexicon is not None:  # the same answer from memory, where a long-lived process keeps it
-            got = self._lexicon.search(self.conn, terms, k, allowed)
+        if self._mirror is not None:  # the same answer from memory, where a long-lived process keeps it
+            got = self._mirror.search(self.conn, terms, k, allowed)
             if got is not None:
                 return got
         match = " OR ".join(f'"{t}"' for t in terms)

@@ -1,11 +1,14 @@
-"""BM25 over the index's ``chunks_fts`` table, in memory: SQLite FTS5's own scores, ~10x faster.
+"""The index's catalog in memory, for long-lived processes: BM25 (SQLite FTS5's own scores, ~10x
+faster) and each chunk's (path, kind, symbol, part).
 
 FTS5 computes ``bm25()`` row by row through its auxiliary-function API, ~3 us for every row a
 query matches; a prose query of 10-20 code terms matches a quarter of a project's chunks, so
 BM25 took 7-17 ms of a 12,670-chunk project's hybrid search (docs/daemon.md). A long-lived
 process (the daemon, the MCP server) keeps the same statistics as arrays instead: each term's
 postings (chunk position, column-weighted frequency), each chunk's length, FTS5's row and token
-totals; a query is a few NumPy passes over its terms' postings.
+totals; a query is a few NumPy passes over its terms' postings. Hybrid fusion also reads the
+path, kind, symbol and part of its ~400 candidates for the ranking priors and the grouping of a
+definition's parts: ~1.9 ms of SQL, a dict lookup here.
 
 The scores are FTS5's, bit for bit, so the daemon ranks exactly as ``--direct`` does:
 
@@ -90,6 +93,7 @@ class _Snapshot:
     length: np.ndarray  # (chunks,) int64 tokens over every column (FTS5's xColumnSize(-1))
     norm: np.ndarray  # (chunks,) float64 k1 * (1 - b + b * D / avgdl)
     n_row: int
+    meta: dict[int, tuple[str, str, str, int]]  # chunk id -> (file path, kind, symbol, part)
 
 
 def _tokenise(rows: list[tuple], weights: tuple[float, ...], vocab: dict[str, int], first_pos: int):
@@ -109,10 +113,10 @@ def _tokenise(rows: list[tuple], weights: tuple[float, ...], vocab: dict[str, in
     return np.asarray(terms, np.int64), pos, w, per_row
 
 
-class Lexicon:
-    """The in-memory BM25 of one index, shared by every handle of a long-lived process.
+class Mirror:
+    """The in-memory catalog of one index, shared by every handle of a long-lived process.
 
-    ``max_chunks`` > 0 turns it on (the daemon sets it from ``[search] lexicon_max_chunks``);
+    ``max_chunks`` > 0 turns it on (the daemon sets it from ``[daemon] mirror_max_chunks``);
     a one-shot CLI search never builds it (reading the table costs more than one FTS5 query).
     Thread-safe: searches read an immutable snapshot; one refresh runs at a time."""
 
@@ -179,6 +183,14 @@ class Lexicon:
         best = cand[order]
         return snap.ids[best], score[best].astype(np.float32)
 
+    def chunk_meta(self, conn: sqlite3.Connection, ids) -> dict[int, tuple[str, str, str, int]] | None:
+        """``Index.chunk_meta`` from memory, or None where the snapshot is not current."""
+        snap = self._snap
+        if self.max_chunks <= 0 or snap is None or read_key(conn) != snap.key:
+            return None
+        meta = snap.meta
+        return {d: meta[d] for d in ids if d in meta}
+
     # ------------------------------------------------------------------ refresh
     def request_refresh(self) -> None:
         """Bring the snapshot up to date on a background thread (one at a time; coalesced)."""
@@ -186,7 +198,7 @@ class Lexicon:
             if self._pending or self.disabled or self.max_chunks <= 0:
                 return
             self._pending = True
-        threading.Thread(target=self._refresh_own, name="sg-lexicon", daemon=True).start()
+        threading.Thread(target=self._refresh_own, name="sg-mirror", daemon=True).start()
 
     def _refresh_own(self) -> None:
         from supergrep.index.format import connect
@@ -198,7 +210,7 @@ class Lexicon:
             finally:
                 conn.close()
         except Exception as exc:  # the FTS5 path keeps answering; the next search asks again
-            log.debug("refreshing the in-memory BM25 of %s failed: %s", self.index_dir, exc)
+            log.debug("refreshing the in-memory catalog of %s failed: %s", self.index_dir, exc)
         finally:
             with self._flag:
                 self._pending = False
@@ -235,23 +247,29 @@ class Lexicon:
         else:
             added = live[~np.isin(live, snap.ids)]
             kept = live[np.isin(live, snap.ids)]
-        rows = _select_rows(conn, added)
+        rows = _select_rows(conn, _FTS_SQL, added)
+        meta = {r[0]: tuple(r[1:]) for r in _select_rows(conn, _META_SQL, added)}
         totals = fts_totals(key, len(self.weights))
-        new = self._merged(snap, kept, rows, key)
+        new = self._merged(snap, kept, rows, meta, key)
         if totals is None or totals != (new.n_row, int(new.length.sum())):
             # the rows are not what this mirror assumes (e.g. an index written by an older
             # supergrep): FTS5 answers from now on
             self.disabled = f"token totals differ from FTS5's ({totals} vs {new.n_row, int(new.length.sum())})"
             self._snap = None
-            log.warning("in-memory BM25 off for %s: %s", self.index_dir, self.disabled)
+            log.warning("the in-memory catalog is off for %s: %s", self.index_dir, self.disabled)
             return False
         self._snap = new
         self.refreshes += 1
         return True
 
-    def _merged(self, snap: _Snapshot | None, kept: np.ndarray, rows: list[tuple], key) -> _Snapshot:
-        """A new snapshot: ``snap``'s postings of the ``kept`` chunk ids plus ``rows``'s."""
+    def _merged(self, snap: _Snapshot | None, kept: np.ndarray, rows: list[tuple],
+                meta: dict[int, tuple], key) -> _Snapshot:
+        """A new snapshot: ``snap``'s postings and metadata of the ``kept`` chunk ids plus those
+        of ``rows`` (the added FTS rows) and ``meta`` (the added chunks')."""
         vocab = dict(snap.vocab) if snap is not None else {}
+        if snap is not None:
+            old = snap.meta
+            meta = {**{d: old[d] for d in kept.tolist()}, **meta}
         if snap is not None and len(kept):
             old_pos = np.searchsorted(snap.ids, kept)  # positions of the kept chunks
             remap = np.full(len(snap.ids), -1, np.int64)
@@ -287,21 +305,24 @@ class Lexicon:
         n_row = len(ids)
         avgdl = float(length.sum()) / float(n_row) if n_row else 1.0
         norm = K1 * ((1 - B) + (B * length.astype(np.float64)) / avgdl)
-        return _Snapshot(key, vocab, offsets, pos.astype(np.int32), freq.astype(np.float32), ids, length, norm, n_row)
+        return _Snapshot(key, vocab, offsets, pos.astype(np.int32), freq.astype(np.float32), ids, length, norm,
+                         n_row, meta)
 
 
-def _select_rows(conn: sqlite3.Connection, ids: np.ndarray) -> list[tuple]:
-    """(rowid, path, symbol, body) of the FTS rows ``ids`` (sorted), in id order."""
+_FTS_SQL = "SELECT rowid, path, symbol, body FROM chunks_fts WHERE rowid {} ORDER BY rowid"
+_META_SQL = ("SELECT c.id, f.path, c.kind, c.symbol, c.part FROM chunks c JOIN files f ON f.id = c.file_id"
+             " WHERE c.id {} ORDER BY c.id")
+
+
+def _select_rows(conn: sqlite3.Connection, sql: str, ids: np.ndarray) -> list[tuple]:
+    """The rows of ``sql`` (its ``{}`` the id condition) for the sorted ``ids``, in id order."""
     if not len(ids):
         return []
     if int(ids[-1]) - int(ids[0]) + 1 == len(ids):  # a contiguous run (every first build)
-        return conn.execute("SELECT rowid, path, symbol, body FROM chunks_fts WHERE rowid BETWEEN ? AND ?"
-                            " ORDER BY rowid", (int(ids[0]), int(ids[-1]))).fetchall()
+        return conn.execute(sql.format("BETWEEN ? AND ?"), (int(ids[0]), int(ids[-1]))).fetchall()
     out: list[tuple] = []
     vals = ids.tolist()
     for s in range(0, len(vals), 500):
         part = vals[s : s + 500]
-        out += conn.execute(f"SELECT rowid, path, symbol, body FROM chunks_fts WHERE rowid IN ({','.join('?' * len(part))})"
-                            " ORDER BY rowid", part).fetchall()
+        out += conn.execute(sql.format(f"IN ({','.join('?' * len(part))})"), part).fetchall()
     return out
-

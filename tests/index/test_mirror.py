@@ -1,4 +1,4 @@
-"""The in-memory BM25 (``index/lexicon.py``) answers exactly as SQLite FTS5 does: the same chunk
+"""The in-memory catalog (``index/mirror.py``) answers exactly as SQLite does: BM25 as FTS5: the same chunk
 ids in the same order with the same float32 scores, ties included, with and without filters,
 after incremental updates; where it can't (stale, too big, rows it does not understand) it
 returns None and FTS5 answers."""
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from supergrep.index.indexer import update_index
-from supergrep.index.lexicon import Lexicon, _varints, read_key
+from supergrep.index.mirror import Mirror, _varints, read_key
 from supergrep.index.project import BM25_WEIGHTS, Index
 from supergrep.scoring.bm25 import query_terms
 
@@ -46,14 +46,25 @@ def _queries(seed=1, n=40):
 
 def _fts(index, query, k, allowed=None):
     """The FTS5 answer (the mirror bypassed)."""
-    saved, index._lexicon = index._lexicon, None
+    saved, index._mirror = index._mirror, None
     try:
         return index.lexical(query, k, allowed)
     finally:
-        index._lexicon = saved
+        index._mirror = saved
+
+
+def _sql_meta(index, ids):
+    saved, index._mirror = index._mirror, None
+    try:
+        return index.chunk_meta(ids)
+    finally:
+        index._mirror = saved
 
 
 def _assert_same(index, lx, queries, ks=(1, 3, 10, 500), allowed=None):
+    every = [r[0] for r in index.conn.execute("SELECT id FROM chunks")]
+    meta = lx.chunk_meta(index.conn, every + [10**9])
+    assert meta == _sql_meta(index, every) and len(meta) == len(every)
     for q in queries:
         for k in ks:
             want = _fts(index, q, k, allowed)
@@ -81,7 +92,7 @@ def test_varints_read_sqlite_varints():
 
 def test_the_mirror_ranks_and_scores_exactly_as_fts5(project):
     _, index = project
-    lx = Lexicon(index.dir, BM25_WEIGHTS)
+    lx = Mirror(index.dir, BM25_WEIGHTS)
     assert lx.search(index.conn, ["retry"], 10) is None  # off until a long-lived process turns it on
     lx.max_chunks = 10_000
     assert lx.refresh(index.conn) and lx.ready and lx.disabled is None
@@ -94,7 +105,7 @@ def test_the_mirror_ranks_and_scores_exactly_as_fts5(project):
 
 def test_filtered_searches_match_fts5_even_past_its_first_rows(project):
     _, index = project
-    lx = Lexicon(index.dir, BM25_WEIGHTS)
+    lx = Mirror(index.dir, BM25_WEIGHTS)
     lx.max_chunks = 10_000
     lx.refresh(index.conn)
     allowed = index.filter_ids(path_prefix="pkg1")
@@ -107,7 +118,7 @@ def test_filtered_searches_match_fts5_even_past_its_first_rows(project):
 
 def test_an_update_makes_it_stale_and_a_refresh_reads_only_the_new_rows(project, tiny_encoder, monkeypatch):
     root, index = project
-    lx = index.lexicon  # shared by the index's handles, as in the daemon
+    lx = index.mirror  # shared by the index's handles, as in the daemon
     lx.max_chunks = 10_000
     lx.refresh(index.conn)
     n_before = lx.refreshes
@@ -118,25 +129,26 @@ def test_an_update_makes_it_stale_and_a_refresh_reads_only_the_new_rows(project,
     # stale: None now (FTS5 answers) and a background refresh is on its way
     monkeypatch.setattr(lx, "request_refresh", lambda: None)
     assert lx.search(index.conn, ["brand"], 10) is None
+    assert lx.chunk_meta(index.conn, [1]) is None
     assert index.lexical("brand", 10)[0].size == 1  # FTS5 answered
     read = []
-    import supergrep.index.lexicon as L
+    import supergrep.index.mirror as L
 
     real = L._select_rows
-    monkeypatch.setattr(L, "_select_rows", lambda conn, ids: read.append(len(ids)) or real(conn, ids))
+    monkeypatch.setattr(L, "_select_rows", lambda conn, sql, ids: read.append(len(ids)) or real(conn, sql, ids))
     assert lx.refresh(index.conn) and lx.refreshes == n_before + 1
     n_new = index.conn.execute("SELECT COUNT(*) FROM chunks c JOIN files f ON f.id = c.file_id"
                                " WHERE f.path IN ('pkg0/new_mod.py', 'pkg1/mod_token_1.py')").fetchone()[0]
-    assert read == [n_new]  # the added chunks, not the table
+    assert read == [n_new, n_new]  # the added chunks' FTS rows and metadata, not the tables
     _assert_same(index, lx, _queries(seed=3) + ["brand newWord", "token refresh"])
     handle = index.handle()
-    assert handle.lexicon is lx and handle.lexical("brand", 10)[0].tolist() == _fts(index, "brand", 10)[0].tolist()
+    assert handle.mirror is lx and handle.lexical("brand", 10)[0].tolist() == _fts(index, "brand", 10)[0].tolist()
     handle.close()
 
 
 def test_a_stale_mirror_refreshes_itself_in_the_background(project, tiny_encoder):
     root, index = project
-    lx = index.lexicon
+    lx = index.mirror
     lx.max_chunks = 10_000
     assert lx.search(index.conn, ["retry"], 10) is None  # not built: FTS5 now, a build started
     deadline = time.time() + 30
@@ -156,7 +168,7 @@ def test_a_stale_mirror_refreshes_itself_in_the_background(project, tiny_encoder
 def test_too_big_or_not_plain_terms_leaves_it_to_fts5(project):
     _, index = project
     n = index.conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
-    lx = Lexicon(index.dir, BM25_WEIGHTS)
+    lx = Mirror(index.dir, BM25_WEIGHTS)
     lx.max_chunks = n - 1
     assert not lx.refresh(index.conn) and not lx.ready
     started = []
@@ -164,12 +176,12 @@ def test_too_big_or_not_plain_terms_leaves_it_to_fts5(project):
     assert lx.search(index.conn, ["retry"], 10) is None and not started  # no refresh per search
     # rows this mirror can't split as FTS5 does (an index of an older layout): it turns itself off
     index.conn.execute("INSERT INTO chunks_fts (rowid, path, symbol, body) VALUES (999999, 'x', '', 'Foo-Bar baz')")
-    lx2 = Lexicon(index.dir, BM25_WEIGHTS)
+    lx2 = Mirror(index.dir, BM25_WEIGHTS)
     lx2.max_chunks = 10_000
     assert not lx2.refresh(index.conn) and lx2.disabled and "token totals" in lx2.disabled
     assert lx2.search(index.conn, ["baz"], 10) is None
     # a query term FTS5 would split is FTS5's too
-    lx3 = Lexicon(index.dir, BM25_WEIGHTS)
+    lx3 = Mirror(index.dir, BM25_WEIGHTS)
     lx3.max_chunks = 10_000
     index.conn.execute("DELETE FROM chunks_fts WHERE rowid = 999999")
     assert lx3.refresh(index.conn)
