@@ -216,6 +216,29 @@ def test_allowed_and_score(tmp_path, data):
     assert np.isfinite(sc[0]) and np.isneginf(sc[1])
 
 
+def test_global_docs_finds_live_chunks_across_segments(tmp_path, data):
+    """Chunk id -> global doc through the view's sorted id map: every segment, tombstoned and
+    unknown ids -1, any order and repeats, against a search segment by segment."""
+    docs, _, codec = data
+    s, conn = new_store(tmp_path, codec)
+    ids = list(docs)
+    for part in (ids[:40], ids[40:90], ids[90:]):  # three segments
+        tx(conn, s.add, part, [docs[i] for i in part])
+    dead = ids[5:12] + ids[45:47]
+    tx(conn, s.remove, dead)
+    view, _ = s._view_for(conn)
+    assert len(view.segs) == 3
+    rng = np.random.default_rng(3)
+    ask = np.array(rng.permutation(ids + [0, -4, 10**9] + ids[:7]), np.int64)
+    got = s._global_docs(view, ask)
+    for cid, g in zip(ask.tolist(), got.tolist(), strict=True):
+        if cid in dead or cid not in docs:
+            assert g == -1, cid
+        else:
+            assert g >= 0 and view.doc_ids[g] == cid and view.live[g], cid
+    assert s._global_docs(view, np.zeros(0, np.int64)).tolist() == []
+
+
 def snapshot(s, conn, qs):
     return [tuple(zip(*(x.tolist() for x in s.search(conn, q, 10)))) for q in qs]
 

@@ -64,10 +64,12 @@ def segments(rng, nb=12, k=300):
     return resid, codes, scale
 
 
-@pytest.mark.parametrize("q", [32, 5, 13, 40, 71])
-def test_rerank_kernel_equals_the_numpy_path(mode, q):
+@pytest.mark.parametrize(("q", "nb"), [(32, 12), (5, 192), (13, 20), (40, 64), (71, 12), (32, 192)])
+def test_rerank_kernel_equals_the_numpy_path(mode, q, nb):
+    """``nb`` bytes a token: 24 dims (groups of 4 bytes, none in a block of 4), 384 (48 groups:
+    the SIMD path's blocks of 4 alone), 40 (a block and a group left over), 128."""
     rng = np.random.default_rng(q)
-    resid, codes, scale = segments(rng)
+    resid, codes, scale = segments(rng, nb=nb)
     nb = resid[0].shape[1]
     w8 = rng.integers(-127, 128, (2 * nb, q), dtype=np.int8)
     st = rng.standard_normal((300, q)).astype(np.float32)
@@ -83,12 +85,13 @@ def test_rerank_kernel_equals_the_numpy_path(mode, q):
     assert out[4] == 0.0  # an empty document
 
 
-def test_both_kernel_paths_agree_bit_for_bit():
+@pytest.mark.parametrize("nb", [12, 20, 192])
+def test_both_kernel_paths_agree_bit_for_bit(nb):
     """The scalar path (Apple Silicon, CPUs without AVX2) is not an approximation of the SIMD one."""
     rng = np.random.default_rng(1)
-    resid, codes, scale = segments(rng)
+    resid, codes, scale = segments(rng, nb=nb)
     q = 29
-    args = (native.pack_nibble_weights(rng.integers(-127, 128, (24, q), dtype=np.int8)),
+    args = (native.pack_nibble_weights(rng.integers(-127, 128, (2 * nb, q), dtype=np.int8)),
             (rng.random(q) * 0.01).astype(np.float32), rng.standard_normal(q).astype(np.float32),
             rng.standard_normal((300, q)).astype(np.float32))
     seg, start, length = np.array([0, 1, 2]), np.array([5, 0, 3]), np.array([300, 250, 80])

@@ -137,28 +137,53 @@ static void rerank_scalar(const rerank_args *a) {
 #define SG_TARGET __attribute__((target("avx2")))
 #define SG_TARGET_VNNI __attribute__((target("avx2,avx512f,avx512vl,avx512vnni")))
 
-/* The integer products of one token's residual with NJB query blocks (8 query tokens each). */
+/* One group (4 packed bytes: 8 dimensions) against NJB query blocks: int16 partial sums. */
+#define SG_GROUP_AVX2(HI, LO, G)                                                                            \
+    do {                                                                                                    \
+        const int8_t *wh = wp + (((G) * 2 + 0) * njb + b0) * 32;                                            \
+        const int8_t *wl = wp + (((G) * 2 + 1) * njb + b0) * 32;                                            \
+        for (int i = 0; i < NJB; i++) {                                                                     \
+            p[i] = _mm256_add_epi16(p[i], _mm256_maddubs_epi16(HI, _mm256_loadu_si256((const __m256i *)(wh + 32 * i)))); \
+            p[i] = _mm256_add_epi16(p[i], _mm256_maddubs_epi16(LO, _mm256_loadu_si256((const __m256i *)(wl + 32 * i)))); \
+        }                                                                                                   \
+        /* keep the sums group by group: reassociated into one tree of 32 products, they spill */            \
+        for (int i = 0; i < NJB; i++) __asm__("" : "+x"(p[i]));                                             \
+    } while (0)
+
+/* The integer products of one token's residual with NJB query blocks (8 query tokens each).
+ * Four groups' nibbles are split with three vector instructions and each group's dword is
+ * broadcast by an in-lane shuffle: ~10 scalar and broadcast instructions a group fewer than
+ * unpacking each group in a general register (the kernel is bound by instruction count, not by
+ * the multiplies: 286 -> see docs/benchmarks.md ns a token here). */
 SG_TARGET static inline __attribute__((always_inline)) void token_dots_avx2(const uint8_t *r, int64_t nb, const int8_t *wp,
                                                                              int64_t njb, int64_t b0, int NJB, __m256i *acc) {
     const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
     const int64_t ng = nb / 4;
     for (int i = 0; i < NJB; i++) acc[i] = _mm256_setzero_si256();
-    for (int64_t g0 = 0; g0 < ng; g0 += 4) {
-        /* int16 partial sums of up to 4 groups x 2 halves: |each maddubs lane| <= 2 * 15 * 127 */
+    int64_t g0 = 0;
+    /* int16 partial sums of 4 groups x 2 halves: |each maddubs lane| <= 2 * 15 * 127 */
+    for (; g0 + 4 <= ng; g0 += 4) {
+        const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(r + 4 * g0)));
+        const __m256i lo = _mm256_and_si256(v, low4);                         /* byte j: r[j] & 15 */
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);  /* byte j: r[j] >> 4 */
         __m256i p[4];
         for (int i = 0; i < NJB; i++) p[i] = _mm256_setzero_si256();
-        const int64_t g1 = g0 + 4 < ng ? g0 + 4 : ng;
-        for (int64_t g = g0; g < g1; g++) {
+        SG_GROUP_AVX2(_mm256_shuffle_epi32(hi, 0x00), _mm256_shuffle_epi32(lo, 0x00), g0 + 0);
+        SG_GROUP_AVX2(_mm256_shuffle_epi32(hi, 0x55), _mm256_shuffle_epi32(lo, 0x55), g0 + 1);
+        SG_GROUP_AVX2(_mm256_shuffle_epi32(hi, 0xAA), _mm256_shuffle_epi32(lo, 0xAA), g0 + 2);
+        SG_GROUP_AVX2(_mm256_shuffle_epi32(hi, 0xFF), _mm256_shuffle_epi32(lo, 0xFF), g0 + 3);
+        for (int i = 0; i < NJB; i++) acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(p[i], ones));
+    }
+    if (g0 < ng) { /* fewer than 4 groups left (a dimension not a multiple of 32) */
+        __m256i p[4];
+        for (int i = 0; i < NJB; i++) p[i] = _mm256_setzero_si256();
+        for (int64_t g = g0; g < ng; g++) {
             uint32_t x;
             memcpy(&x, r + 4 * g, 4);
             const __m256i hi = _mm256_set1_epi32((int)((x >> 4) & 0x0F0F0F0Fu));
             const __m256i lo = _mm256_set1_epi32((int)(x & 0x0F0F0F0Fu));
-            const int8_t *wh = wp + ((g * 2 + 0) * njb + b0) * 32;
-            const int8_t *wl = wp + ((g * 2 + 1) * njb + b0) * 32;
-            for (int i = 0; i < NJB; i++) {
-                p[i] = _mm256_add_epi16(p[i], _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(wh + 32 * i))));
-                p[i] = _mm256_add_epi16(p[i], _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(wl + 32 * i))));
-            }
+            SG_GROUP_AVX2(hi, lo, g);
         }
         for (int i = 0; i < NJB; i++) acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(p[i], ones));
     }

@@ -130,6 +130,7 @@ class _View:
     base: np.ndarray  # first global doc index of each segment
     doc_ids: np.ndarray  # (n_docs,) chunk id of each global doc
     live: np.ndarray  # (n_docs,) bool: not tombstoned
+    by_id: tuple[np.ndarray, np.ndarray] | None = None  # (sorted live chunk ids, their global docs), built on first use
 
 
 def _code_dtype(view: _View) -> np.dtype:
@@ -881,16 +882,21 @@ class CompressedStore(SegmentStore):
         return out
 
     def _global_docs(self, view: _View, chunk_ids: np.ndarray) -> np.ndarray:
-        """Global doc index of each live chunk id, -1 where absent or tombstoned."""
+        """Global doc index of each live chunk id, -1 where absent or tombstoned. One binary
+        search in the view's sorted live ids (built once per view: a search per segment cost
+        ~0.3 ms a call at 10 segments, and hybrid fusion calls this 3-4 times a query)."""
+        if view.by_id is None:
+            live = np.flatnonzero(view.live)
+            order = np.argsort(view.doc_ids[live], kind="stable")  # equal ids: the later segment last
+            view.by_id = (view.doc_ids[live][order], live[order])
+        ids, docs = view.by_id
         out = np.full(len(chunk_ids), -1, np.int64)
-        for si, seg in enumerate(view.segs):
-            ids = seg.layout[:, 0]
-            pos = np.searchsorted(ids, chunk_ids)
-            pos = np.minimum(pos, len(ids) - 1) if len(ids) else pos
-            hit = (len(ids) > 0) & (ids[pos] == chunk_ids) if len(ids) else np.zeros(len(chunk_ids), bool)
-            g = pos + view.base[si]
-            hit &= view.live[g] if len(ids) else hit
-            out[hit] = g[hit]
+        if not len(ids):
+            return out
+        pos = np.searchsorted(ids, chunk_ids, side="right") - 1
+        hit = pos >= 0
+        hit[hit] = ids[pos[hit]] == chunk_ids[hit]
+        out[hit] = docs[pos[hit]]
         return out
 
     def get(self, conn: sqlite3.Connection, chunk_ids: list[int]) -> list[np.ndarray]:

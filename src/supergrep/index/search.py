@@ -138,38 +138,69 @@ class Searcher:
         amount, the ranking priors) is taken off inside the loop, so what it lets rise is scored
         exactly too."""
         store, conn = self.index.store, self.index.conn
+        # The loop over arrays (one slot per candidate: sem's, then BM25's alone) with the float
+        # operations of ``score_fusion`` in its order, so the result equals a loop over dicts
+        # bit for bit (~1.7 ms of Python a hybrid query on stdlib, ~0.2 ms this way).
+        ids = list(sem) + [d for d in lex if d not in sem]
+        n = len(ids)
+        s = np.zeros(n, np.float64)
+        s[: len(sem)] = list(sem.values())
+        in_sem = np.arange(n) < len(sem)
+        done = np.fromiter((d in exact for d in ids), bool, n)
+        has_lex = np.fromiter((d in lex for d in ids), bool, n)
+        top = max(lex.values(), default=0.0)
+        lex_part = None
+        if top > 0:
+            lexv = np.fromiter((lex.get(d, 0.0) for d in ids), np.float64, n)
+            lex_part = (lex_w * lexv[has_lex]) / top
+        pen = np.fromiter((penalty.get(d, 0.0) for d in ids), np.float64, n) if penalty else None
+        ids_arr = np.asarray(ids, np.int64)
 
-        def fuse() -> dict[int, float]:
-            fused = score_fusion(sem, lex, sem_w, lex_w)
-            for d, amount in (penalty or {}).items():
-                if d in fused:
-                    fused[d] -= amount
-            return fused
+        def fuse() -> tuple[np.ndarray, np.ndarray]:
+            """(fused score of every slot, which slots are candidates: in sem or BM25's)."""
+            out = np.zeros(n, np.float64)
+            if in_sem.any():
+                v = s[in_sem]
+                lo, hi = v.min(), v.max()
+                out[in_sem] = sem_w * ((v - lo) / (hi - lo)) if hi != lo else sem_w * 1.0
+            if lex_part is not None:
+                out[has_lex] = out[has_lex] + lex_part
+            if pen is not None:
+                out -= pen
+            return out, in_sem | has_lex
+
+        def as_dict(out: np.ndarray, live: np.ndarray) -> dict[int, float]:
+            return dict(zip(ids_arr[live].tolist(), out[live].tolist(), strict=True))
 
         for _ in range(16):
-            fused = fuse()
-            if len(exact) >= len(sem) or not sem:
-                return fused
-            todo: list[int] = []
-            low = sorted(sem, key=lambda d: sem[d])[:16]
-            if low[0] not in exact:
-                todo = [d for d in low if d not in exact]
+            out, live = fuse()
+            n_sem = int(in_sem.sum())
+            if len(exact) >= n_sem or not n_sem:
+                return as_dict(out, live)
+            sem_slots = np.flatnonzero(in_sem)  # sem's order
+            low = sem_slots[np.argsort(s[sem_slots], kind="stable")[:16]]
+            if not done[low[0]]:
+                todo = low[~done[low]]
             else:
-                hi, lo = max(sem.values()), sem[low[0]]
+                hi, lo = s[sem_slots].max(), s[low[0]]
                 slack = sem_w * 2 * margin / (hi - lo) if hi > lo else float("inf")
-                ranked = sorted(fused.values(), reverse=True)
-                bar = ranked[min(limit, len(ranked)) - 1]
-                todo = [d for d in sem if d not in exact and fused[d] + slack >= bar]
-            if not todo:
-                return fused
-            got = store.score(conn, q, todo)
-            for d, v in zip(todo, got.tolist(), strict=True):
+                vals = out[live]
+                kth = min(limit, len(vals))
+                bar = -np.partition(-vals, kth - 1)[kth - 1]  # the limit-th best fused score
+                todo = sem_slots[~done[sem_slots] & (out[sem_slots] + slack >= bar)]
+            if not len(todo):
+                return as_dict(out, live)
+            todo_ids = ids_arr[todo].tolist()
+            got = store.score(conn, q, todo_ids)
+            for i, d, v in zip(todo.tolist(), todo_ids, got.tolist(), strict=True):
                 exact.add(d)
+                done[i] = True
                 if np.isfinite(v):
-                    sem[d] = float(v)
+                    sem[d] = s[i] = float(v)
                 else:
                     sem.pop(d)
-        return fuse()
+                    in_sem[i] = False
+        return as_dict(*fuse())
 
     def _query_vectors(self, query: str) -> np.ndarray:
         return self.encoder.encode_queries([query])[0]  # (q_tokens, dim)
