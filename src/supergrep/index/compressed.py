@@ -131,6 +131,7 @@ class _View:
     doc_ids: np.ndarray  # (n_docs,) chunk id of each global doc
     live: np.ndarray  # (n_docs,) bool: not tombstoned
     by_id: tuple[np.ndarray, np.ndarray] | None = None  # (sorted live chunk ids, their global docs), built on first use
+    runs: np.ndarray | None = None  # (n_docs, 2) first token and length in its segment, built on first use
 
 
 def _code_dtype(view: _View) -> np.dtype:
@@ -459,12 +460,10 @@ class CompressedStore(SegmentStore):
     def _runs(view: _View, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Where each global doc's tokens are: (segment index per doc, (n, 2) first token and
         length in that segment)."""
-        seg_of = np.searchsorted(view.base, docs, side="right") - 1
-        lay = np.empty((len(docs), 2), np.int64)
-        for si in np.unique(seg_of).tolist():
-            sel = np.flatnonzero(seg_of == si)
-            lay[sel] = view.segs[si].layout[docs[sel] - view.base[si], 1:3]
-        return seg_of, lay
+        if view.runs is None:  # every segment's (first token, length) in global doc order, once per view
+            view.runs = (np.concatenate([sg.layout[:, 1:3] for sg in view.segs]) if view.segs
+                         else np.zeros((0, 2), np.int64))
+        return np.searchsorted(view.base, docs, side="right") - 1, view.runs[docs]
 
     @staticmethod
     def _copy_runs(view: _View, seg_of: list[int], lay: list, codes: np.ndarray, resid: np.ndarray | None = None,

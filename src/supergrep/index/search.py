@@ -337,7 +337,11 @@ class Searcher:
         meta = self.index.chunk_meta(set(sem) | set(lex)) if cfg.group_parts or score_fused else {}
 
         def ranked(fused: dict[int, float]) -> list[tuple[int, float]]:
-            return sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))
+            """Best first, ties by chunk id (a lexsort: ~0.3 ms of Python key calls otherwise)."""
+            ids = np.fromiter(fused.keys(), np.int64, len(fused))
+            scores = np.fromiter(fused.values(), np.float64, len(fused))
+            order = np.lexsort((ids, -scores))
+            return list(zip(ids[order].tolist(), scores[order].tolist(), strict=True))
 
         if mode == "semantic":
             best, _ = self._one_per_definition(ranked(sem), limit, meta)
