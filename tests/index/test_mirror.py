@@ -186,3 +186,21 @@ def test_too_big_or_not_plain_terms_leaves_it_to_fts5(project):
     index.conn.execute("DELETE FROM chunks_fts WHERE rowid = 999999")
     assert lx3.refresh(index.conn)
     assert lx3.search(index.conn, ["naïve"], 10) is None
+
+
+def test_an_empty_index_then_its_first_files(tmp_path, tiny_encoder):
+    root = tmp_path / "empty"
+    root.mkdir()
+    index = Index(root)
+    update_index(index, tiny_encoder)
+    lx = index.mirror
+    lx.max_chunks = 10_000
+    assert lx.refresh(index.conn) and lx.disabled is None
+    ids, scores = lx.search(index.conn, ["retry"], 10)
+    assert ids.size == 0 and scores.size == 0
+    assert lx.chunk_meta(index.conn, [1, 2]) == {}
+    _write_project(root, n_files=3)
+    update_index(index, tiny_encoder)
+    assert lx.refresh(index.conn)
+    _assert_same(index, lx, _queries(n=5), allowed=None)
+    index.close()

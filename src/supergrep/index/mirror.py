@@ -232,8 +232,7 @@ class Mirror:
 
     def _refresh_locked(self, conn: sqlite3.Connection) -> bool:
         key = read_key(conn)
-        if key is None:
-            self.disabled = "the FTS5 table's records are unreadable"
+        if key is None:  # FTS5's own query will report what is wrong with the table
             return False
         snap = self._snap
         if snap is not None and snap.key == key:
