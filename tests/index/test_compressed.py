@@ -239,6 +239,27 @@ def test_global_docs_finds_live_chunks_across_segments(tmp_path, data):
     assert s._global_docs(view, np.zeros(0, np.int64)).tolist() == []
 
 
+def test_a_connection_sees_other_connections_commits_and_its_own(tmp_path, data):
+    """_view_for reuses a connection's last view only while nothing was committed since: by
+    another connection (data_version) or by itself (total_changes)."""
+    docs, _, codec = data
+    s, conn = new_store(tmp_path, codec)
+    ids = list(docs)
+    tx(conn, s.add, ids[:50], [docs[i] for i in ids[:50]])
+    other = connect(tmp_path)
+    q = queries_from(docs, np.random.default_rng(8), n=1)[0]
+    probe = [ids[0], ids[60], ids[70]]
+    assert np.isneginf(s.score(other, q, probe)[1:]).all()
+    tx(conn, s.add, ids[50:], [docs[i] for i in ids[50:]])  # committed by the first connection
+    assert np.isfinite(s.score(other, q, probe)).all()  # ... seen by the other
+    tx(other, s.remove, [ids[60]])  # its own write
+    assert np.isneginf(s.score(other, q, probe)[1]) and np.isfinite(s.score(other, q, probe)[2])
+    assert np.isneginf(s.score(conn, q, probe)[1])
+    view_a, _ = s._view_for(other)
+    assert s._view_for(other)[0] is view_a  # nothing new: the same view, no queries
+    other.close()
+
+
 def snapshot(s, conn, qs):
     return [tuple(zip(*(x.tolist() for x in s.search(conn, q, 10)))) for q in qs]
 

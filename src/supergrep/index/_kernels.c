@@ -191,23 +191,45 @@ SG_TARGET static inline __attribute__((always_inline)) void token_dots_avx2(cons
 
 #ifdef SG_VNNI
 /* The same products with VNNI's u8 x s8 four-way dot into int32 (one instruction where AVX2
- * needs maddubs + add and a madd every 4 groups): the same integers. */
+ * needs maddubs + add and a madd every 4 groups): the same integers. Nibbles split and
+ * broadcast as in the AVX2 path, four groups at a time, into four accumulators per query block
+ * (high / low nibbles x even / odd groups): with one, each vpdpbusd waited for the previous
+ * one's result (5 cycles) and the loop ran at the latency, not at two a cycle. */
+#define SG_GROUP_VNNI(HI, LO, G, AH, AL)                                                                    \
+    do {                                                                                                    \
+        const int8_t *wh = wp + (((G) * 2 + 0) * njb + b0) * 32;                                            \
+        const int8_t *wl = wp + (((G) * 2 + 1) * njb + b0) * 32;                                            \
+        for (int i = 0; i < NJB; i++) {                                                                     \
+            AH[i] = _mm256_dpbusd_epi32(AH[i], HI, _mm256_loadu_si256((const __m256i *)(wh + 32 * i)));     \
+            AL[i] = _mm256_dpbusd_epi32(AL[i], LO, _mm256_loadu_si256((const __m256i *)(wl + 32 * i)));     \
+        }                                                                                                   \
+    } while (0)
+
 SG_TARGET_VNNI static inline __attribute__((always_inline)) void token_dots_vnni(const uint8_t *r, int64_t nb, const int8_t *wp,
                                                                                   int64_t njb, int64_t b0, int NJB, __m256i *acc) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
     const int64_t ng = nb / 4;
-    for (int i = 0; i < NJB; i++) acc[i] = _mm256_setzero_si256();
-    for (int64_t g = 0; g < ng; g++) {
+    __m256i h0[4], l0[4], h1[4], l1[4];
+    for (int i = 0; i < NJB; i++) h0[i] = l0[i] = h1[i] = l1[i] = _mm256_setzero_si256();
+    int64_t g = 0;
+    for (; g + 4 <= ng; g += 4) {
+        const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(r + 4 * g)));
+        const __m256i lo = _mm256_and_si256(v, low4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        SG_GROUP_VNNI(_mm256_shuffle_epi32(hi, 0x00), _mm256_shuffle_epi32(lo, 0x00), g + 0, h0, l0);
+        SG_GROUP_VNNI(_mm256_shuffle_epi32(hi, 0x55), _mm256_shuffle_epi32(lo, 0x55), g + 1, h1, l1);
+        SG_GROUP_VNNI(_mm256_shuffle_epi32(hi, 0xAA), _mm256_shuffle_epi32(lo, 0xAA), g + 2, h0, l0);
+        SG_GROUP_VNNI(_mm256_shuffle_epi32(hi, 0xFF), _mm256_shuffle_epi32(lo, 0xFF), g + 3, h1, l1);
+    }
+    for (; g < ng; g++) {
         uint32_t x;
         memcpy(&x, r + 4 * g, 4);
         const __m256i hi = _mm256_set1_epi32((int)((x >> 4) & 0x0F0F0F0Fu));
         const __m256i lo = _mm256_set1_epi32((int)(x & 0x0F0F0F0Fu));
-        const int8_t *wh = wp + ((g * 2 + 0) * njb + b0) * 32;
-        const int8_t *wl = wp + ((g * 2 + 1) * njb + b0) * 32;
-        for (int i = 0; i < NJB; i++) {
-            acc[i] = _mm256_dpbusd_epi32(acc[i], hi, _mm256_loadu_si256((const __m256i *)(wh + 32 * i)));
-            acc[i] = _mm256_dpbusd_epi32(acc[i], lo, _mm256_loadu_si256((const __m256i *)(wl + 32 * i)));
-        }
+        SG_GROUP_VNNI(hi, lo, g, h0, l0);
     }
+    for (int i = 0; i < NJB; i++)
+        acc[i] = _mm256_add_epi32(_mm256_add_epi32(h0[i], l0[i]), _mm256_add_epi32(h1[i], l1[i]));
 }
 
 #endif

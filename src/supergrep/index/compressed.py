@@ -241,6 +241,9 @@ class CompressedStore(SegmentStore):
         self._cseg: dict[int, _CSegment] = {}
         self._codecs: dict[int, ResidualCodec] = {}
         self._view: _View | None = None
+        # id(conn) -> (conn, (data_version, total_changes), view, codec): what _view_for found on
+        # a connection, valid while neither changes (the conn is held, so its id is not reused)
+        self._seen: dict[int, tuple] = {}
         # Per-thread scratch (a daemon runs several searches at once on one store).
         self._local = threading.local()
 
@@ -418,6 +421,21 @@ class CompressedStore(SegmentStore):
         return segs, dead, gen
 
     def _view_for(self, conn: sqlite3.Connection) -> tuple[_View, ResidualCodec]:
+        """The view of every live segment as ``conn`` sees the index now. A connection that saw
+        no commit since its last call (SQLite's ``data_version``: another connection's commit;
+        ``total_changes``: its own writes) gets the same view without the snapshot's queries
+        (~0.15 ms each, 3-4 calls in a hybrid search; more as tombstones pile up)."""
+        stamp = (conn.execute("PRAGMA data_version").fetchone()[0], conn.total_changes)
+        seen = self._seen.get(id(conn))
+        if seen is not None and seen[0] is conn and seen[1] == stamp and seen[2] is self._view:
+            return seen[2], seen[3]
+        view, codec = self._view_snapshot(conn)
+        if len(self._seen) >= 64:  # closed handles' entries pile up in a long-lived process
+            self._seen.clear()
+        self._seen[id(conn)] = (conn, stamp, view, codec)
+        return view, codec
+
+    def _view_snapshot(self, conn: sqlite3.Connection) -> tuple[_View, ResidualCodec]:
         for attempt in range(3):
             segs, dead, gen = self._snapshot_c(conn)
             key = (tuple(segs), len(dead), int(dead.sum()) if len(dead) else 0, gen)

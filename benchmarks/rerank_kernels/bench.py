@@ -1,0 +1,73 @@
+"""The nibble re-rank kernel of two builds of ``index/_kernels.c`` on the same synthetic documents:
+the results bit for bit and the time a token, one thread. Each build is a compiled ``_kernels``
+module file (``.so``), loaded from its path as a module object of its own.
+
+    python benchmarks/rerank_kernels/bench.py NEW.so OLD.so [--docs 160 --tokens 150 --dim 384]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.machinery
+import importlib.util
+import json
+import time
+
+import numpy as np
+
+
+def load(path: str):
+    loader = importlib.machinery.ExtensionFileLoader("supergrep.index._kernels", path)
+    spec = importlib.util.spec_from_file_location("supergrep.index._kernels", path, loader=loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("builds", nargs="+")
+    ap.add_argument("--docs", type=int, default=160)
+    ap.add_argument("--tokens", type=int, default=150)
+    ap.add_argument("--dim", type=int, default=384)
+    ap.add_argument("--q", type=int, default=32)
+    ap.add_argument("--centroids", type=int, default=4096)
+    ap.add_argument("--repeats", type=int, default=30)
+    args = ap.parse_args()
+    from supergrep.index.native import pack_nibble_weights
+
+    rng = np.random.default_rng(0)
+    nb = args.dim // 2
+    n_tok = args.docs * args.tokens
+    resid = [rng.integers(0, 256, (n_tok, nb), dtype=np.uint8)]
+    codes = [rng.integers(0, args.centroids, n_tok).astype(np.uint16)]
+    scale = [(rng.random(n_tok) + 0.5).astype(np.float16)]
+    seg = np.zeros(args.docs, np.int64)
+    start = np.arange(args.docs, dtype=np.int64) * args.tokens
+    length = np.full(args.docs, args.tokens, np.int64)
+    w8 = rng.integers(-127, 128, (2 * nb, args.q), dtype=np.int8)
+    wp = pack_nibble_weights(w8)
+    alpha = (rng.random(args.q) * 0.01).astype(np.float32)
+    offset = rng.standard_normal(args.q).astype(np.float32)
+    st = rng.standard_normal((args.centroids, args.q)).astype(np.float32)
+    out: dict = {"docs": args.docs, "tokens": n_tok, "dim": args.dim, "q": args.q, "builds": {}}
+    results = []
+    for path in args.builds:
+        k = load(path)
+        scores = np.empty(args.docs, np.float32)
+        for _ in range(3):
+            k.rerank_nibbles(resid, codes, scale, seg, start, length, wp, alpha, offset, st, scores)
+        times = []
+        for _ in range(args.repeats):
+            t = time.perf_counter()
+            k.rerank_nibbles(resid, codes, scale, seg, start, length, wp, alpha, offset, st, scores)
+            times.append(time.perf_counter() - t)
+        results.append(scores.copy())
+        ms = float(np.median(times)) * 1e3
+        out["builds"][path] = {"simd": k.simd(), "median_ms": round(ms, 3), "ns_per_token": round(ms * 1e6 / n_tok, 1)}
+    out["identical"] = all(np.array_equal(results[0], r) for r in results[1:])
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
