@@ -19,8 +19,7 @@ python3 -c "from supergrep.index import native; print('kernels:', native.simd())
 SUPERGREP_REQUIRE_NATIVE=1 python3 -m pytest -q -p no:cacheprovider tests/index/test_native_kernels.py 2>&1 \
     | tail -3 | tee -a "$OUTD/log.txt"
 NEW=$(ls src/supergrep/index/_kernels*.so)
-for r in 1 2 3; do
-  taskset -c 0 python3 benchmarks/rerank_kernels/bench.py "$NEW" /tmp/prev/_kernels_prev.so > "$OUTD/new-first-$r.json"
-  taskset -c 0 python3 benchmarks/rerank_kernels/bench.py /tmp/prev/_kernels_prev.so "$NEW" > "$OUTD/prev-first-$r.json"
+for r in 1 2; do
+  taskset -c 0 python3 benchmarks/rerank_kernels/bench.py "$NEW" /tmp/prev/_kernels_prev.so > "$OUTD/bench-$r.json"
 done
-grep -h -E '"simd"|ns_per_token|identical' "$OUTD"/*-first-*.json | tee -a "$OUTD/log.txt"
+grep -h -E '"simd"|ns_per_token|identical' "$OUTD"/bench-*.json | tee -a "$OUTD/log.txt"

@@ -153,8 +153,8 @@ static void rerank_scalar(const rerank_args *a) {
 /* The integer products of one token's residual with NJB query blocks (8 query tokens each).
  * Four groups' nibbles are split with three vector instructions and each group's dword is
  * broadcast by an in-lane shuffle: ~10 scalar and broadcast instructions a group fewer than
- * unpacking each group in a general register (the kernel is bound by instruction count, not by
- * the multiplies: 286 -> see docs/benchmarks.md ns a token here). */
+ * unpacking each group in a general register (the loop is bound by instruction count more than
+ * by the multiplies; docs/benchmarks.md, "The in-memory catalog, faster re-rank kernels"). */
 SG_TARGET static inline __attribute__((always_inline)) void token_dots_avx2(const uint8_t *r, int64_t nb, const int8_t *wp,
                                                                              int64_t njb, int64_t b0, int NJB, __m256i *acc) {
     const __m256i ones = _mm256_set1_epi16(1);
