@@ -15,6 +15,7 @@ from supergrep.config import load_config
 from supergrep.daemon import registry
 from supergrep.daemon.engine import Engine
 from supergrep.index.project import Index
+from supergrep.index.search import Searcher
 
 
 @pytest.fixture
@@ -101,6 +102,41 @@ def test_watcher_picks_up_create_modify_delete_rename(engine, sample_project, ti
     wait_for(lambda: found(engine, root, "capybara_sloth") == ["lib/retry.py"], what="an atomic save")
     wait_for(lambda: engine.handle({"op": "status"})["projects"][0]["state"] == "ready", what="ready")
     assert engine.handle({"op": "status"})["counters"]["errors"] == 0
+
+
+def test_the_in_memory_catalog_answers_as_sqlite_and_follows_updates(engine, sample_project, tiny_model):
+    """After an update the project's catalog (index/mirror.py) is built and answers lexical
+    searches with FTS5's results, scores included; a change is found at once (SQLite answers
+    until the refresh) and the refresh reads it."""
+    root = sample_project
+    assert engine.handle({"op": "add", "path": str(root), "model_path": str(tiny_model)})["new"]
+    wait_for(lambda: Index(root).exists() and found(engine, root, "retry_with_backoff"), what="the first index")
+    p = next(iter(engine.projects.values()))
+    with p.reader() as index:
+        mirror = index.mirror
+    wait_for(lambda: mirror.ready, what="the catalog")
+
+    def direct(query):
+        fresh = Index(root)
+        try:
+            return [(h.path, h.start_line, round(h.score, 6)) for h in
+                    Searcher(fresh, None).search(query, mode="lexical", limit=5)]
+        finally:
+            fresh.close()
+
+    def daemon(query):
+        answer = lexical(engine, root, query, limit=5)
+        assert answer["ok"], answer
+        return [(r["path"], r["start_line"], round(r["score"], 6)) for r in answer["results"]]
+
+    for q in ("retry with backoff", "session expire now", "password hash", "guide"):
+        assert daemon(q) == direct(q)
+    before = mirror.refreshes
+    (root / "app" / "tapir.py").write_text("def tapir_gazelle(x):\n    return retry_with_backoff(x)\n")
+    wait_for(lambda: found(engine, root, "tapir_gazelle") == ["app/tapir.py"], what="a created file")
+    wait_for(lambda: mirror.refreshes > before, what="the catalog's refresh")
+    for q in ("tapir gazelle", "retry with backoff"):
+        assert daemon(q) == direct(q)
 
 
 def test_a_deleted_root_is_survived_and_picked_up_when_it_returns(engine, indexed, tiny_model, tmp_path):
