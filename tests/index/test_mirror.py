@@ -204,3 +204,28 @@ def test_an_empty_index_then_its_first_files(tmp_path, tiny_encoder):
     assert lx.refresh(index.conn)
     _assert_same(index, lx, _queries(n=5), allowed=None)
     index.close()
+
+
+def test_a_refresh_from_an_older_state_rebuilds_and_stays_exact(project, tiny_encoder):
+    """A connection still reading an older state (rows since deleted, with ids below the
+    snapshot's newest) gets a snapshot of its own state, not a merge that would break the
+    chunk-id order; the next refresh at the newest state is exact too."""
+    root, index = project
+    lx = index.mirror
+    lx.max_chunks = 10_000
+    old = index.handle()
+    old.conn.execute("BEGIN")
+    old.conn.execute("SELECT COUNT(*) FROM chunks_fts").fetchone()  # its read snapshot starts here
+    (root / "pkg0" / "mod_parse_0.py").unlink()
+    (root / "pkg2" / "late.py").write_text("def late_arrival(x):\n    return x\n")
+    update_index(index, tiny_encoder)
+    assert lx.refresh(index.conn)
+    _assert_same(index, lx, _queries(n=10) + ["late arrival"])
+    assert lx.refresh(old.conn)  # the older state: the deleted file's rows are back
+    ids = lx._snap.ids
+    assert np.all(np.diff(ids) > 0)
+    _assert_same(old, lx, _queries(n=10) + ["late arrival"])
+    old.conn.execute("COMMIT")
+    assert lx.refresh(index.conn)
+    _assert_same(index, lx, _queries(n=10) + ["late arrival"])
+    old.close()

@@ -241,11 +241,13 @@ class Mirror:
         if len(live) > self.max_chunks:
             self._snap, self._too_big = None, key
             return False
-        if snap is None:
-            added, kept = live, np.zeros(0, np.int64)
-        else:
-            added = live[~np.isin(live, snap.ids)]
-            kept = live[np.isin(live, snap.ids)]
+        added, kept = live, np.zeros(0, np.int64)
+        if snap is not None:
+            known = np.isin(live, snap.ids)
+            if not len(snap.ids) or not len(live[~known]) or live[~known][0] > snap.ids[-1]:
+                # the usual case: rows added since have larger ids (AUTOINCREMENT), so positions
+                # stay in chunk id order; otherwise (a state older than the snapshot's) rebuild
+                added, kept = live[~known], live[known]
         rows = _select_rows(conn, _FTS_SQL, added)
         meta = {r[0]: tuple(r[1:]) for r in _select_rows(conn, _META_SQL, added)}
         totals = fts_totals(key, len(self.weights))
