@@ -229,3 +229,22 @@ def test_a_refresh_from_an_older_state_rebuilds_and_stays_exact(project, tiny_en
     assert lx.refresh(index.conn)
     _assert_same(index, lx, _queries(n=10) + ["late arrival"])
     old.close()
+
+
+def test_a_failing_refresh_is_not_retried_for_the_same_state(project, tiny_encoder, monkeypatch):
+    root, index = project
+    lx = Mirror(index.dir, BM25_WEIGHTS)
+    lx.max_chunks = 10_000
+
+    def broken(*a):
+        raise RuntimeError("the disk went away")
+
+    monkeypatch.setattr(lx, "_merged", broken)
+    with pytest.raises(RuntimeError):
+        lx.refresh(index.conn)
+    started = []
+    lx.request_refresh = lambda: started.append(1)
+    assert lx.search(index.conn, ["retry"], 10) is None and not started  # FTS5 answers, no retry
+    (root / "pkg1" / "more.py").write_text("def more_things(x):\n    return x\n")
+    update_index(index, tiny_encoder)
+    assert lx.search(index.conn, ["retry"], 10) is None and started == [1]  # a new state: tried again

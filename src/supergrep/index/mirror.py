@@ -126,7 +126,7 @@ class Mirror:
         self.max_chunks = 0
         self.disabled: str | None = None  # why the mirror can't stand in for FTS5 here
         self._snap: _Snapshot | None = None
-        self._too_big: tuple[int, bytes] | None = None  # the key of a table past max_chunks
+        self._skip: tuple[int, bytes] | None = None  # a state not to refresh for (too big, or failed)
         self._work = threading.Lock()  # one refresh at a time
         self._flag = threading.Lock()  # guards _pending
         self._pending = False
@@ -146,7 +146,7 @@ class Mirror:
             return None
         snap, key = self._snap, read_key(conn)
         if snap is None or key != snap.key:
-            if key is not None and key != self._too_big:
+            if key is not None and key != self._skip:
                 self.request_refresh()
             return None
         if not len(snap.ids):
@@ -226,6 +226,10 @@ class Mirror:
                 conn.execute("BEGIN")
             try:
                 return self._refresh_locked(conn)
+            except Exception:
+                # not again for this state (searches would start a failing refresh each)
+                self._skip = read_key(conn)
+                raise
             finally:
                 if own_tx:
                     conn.execute("COMMIT")
@@ -239,7 +243,7 @@ class Mirror:
             return True
         live = np.fromiter((r[0] for r in conn.execute("SELECT rowid FROM chunks_fts ORDER BY rowid")), np.int64)
         if len(live) > self.max_chunks:
-            self._snap, self._too_big = None, key
+            self._snap, self._skip = None, key
             return False
         added, kept = live, np.zeros(0, np.int64)
         if snap is not None:
@@ -270,7 +274,7 @@ class Mirror:
         vocab = dict(snap.vocab) if snap is not None else {}
         if snap is not None:
             old = snap.meta
-            meta = {**{d: old[d] for d in kept.tolist()}, **meta}
+            meta = {**{d: old[d] for d in kept.tolist() if d in old}, **meta}
         if snap is not None and len(kept):
             old_pos = np.searchsorted(snap.ids, kept)  # positions of the kept chunks
             remap = np.full(len(snap.ids), -1, np.int64)
