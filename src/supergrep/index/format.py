@@ -204,6 +204,14 @@ def connect(index_dir: Path, readonly: bool = False) -> sqlite3.Connection:
     return conn
 
 
+def select_in(conn: sqlite3.Connection, sql: str, values: list):
+    """Rows of ``sql`` whose ``{}`` is filled with placeholders for ``values``, queried 500 at a
+    time (SQLite caps the variables of one statement)."""
+    for start in range(0, len(values), 500):
+        part = values[start : start + 500]
+        yield from conn.execute(sql.format(",".join("?" * len(part))), part)
+
+
 def migrate(conn: sqlite3.Connection) -> None:
     """Bring the schema up to date, one numbered migration per transaction."""
     while True:

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from supergrep.index.format import connect, select_in
+
 log = logging.getLogger(__name__)
 
 K1, B = 1.2, 0.75  # fts5_aux.c's bm25 constants
@@ -201,8 +203,6 @@ class Mirror:
         threading.Thread(target=self._refresh_own, name="sg-mirror", daemon=True).start()
 
     def _refresh_own(self) -> None:
-        from supergrep.index.format import connect
-
         try:
             conn = connect(self.index_dir, readonly=True)
             try:
@@ -325,9 +325,4 @@ def _select_rows(conn: sqlite3.Connection, sql: str, ids: np.ndarray) -> list[tu
         return []
     if int(ids[-1]) - int(ids[0]) + 1 == len(ids):  # a contiguous run (every first build)
         return conn.execute(sql.format("BETWEEN ? AND ?"), (int(ids[0]), int(ids[-1]))).fetchall()
-    out: list[tuple] = []
-    vals = ids.tolist()
-    for s in range(0, len(vals), 500):
-        part = vals[s : s + 500]
-        out += conn.execute(sql.format(f"IN ({','.join('?' * len(part))})"), part).fetchall()
-    return out
+    return list(select_in(conn, sql.format("IN ({})"), ids.tolist()))

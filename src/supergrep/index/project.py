@@ -34,6 +34,7 @@ from supergrep.index.format import (
     Manifest,
     connect,
     default_index_dir,
+    select_in,
 )
 from supergrep.index.mirror import Mirror
 from supergrep.index.store import VECTOR_DTYPES, SegmentStore, VectorStore
@@ -307,11 +308,7 @@ class Index:
                 for fid, path, size, mtime, sha in self._select_in(f"{sql} WHERE path IN ({{}})", paths)}
 
     def _select_in(self, sql: str, values: list):
-        """Rows of ``sql`` whose ``{}`` is filled with placeholders for ``values``, queried 500 at
-        a time (SQLite caps the variables of one statement)."""
-        for start in range(0, len(values), 500):
-            part = values[start : start + 500]
-            yield from self.conn.execute(sql.format(",".join("?" * len(part))), part)
+        return select_in(self.conn, sql, values)
 
     def chunks(self, ids: list[int]) -> dict[int, ChunkRow]:
         rows = self._select_in(

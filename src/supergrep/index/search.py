@@ -211,9 +211,10 @@ class Searcher:
         connection must not serve two threads at once), while this thread encodes the query and
         runs the semantic stage, which needs BM25's hits only at its end. None on a single core.
         Two threads (two concurrent daemon searches each get one), not the store's helper thread:
-        the semantic stage queues work there and waits for it. In-process, stdlib project: BM25 +
-        the semantic stage 22.7-24.3 ms one after the other, 16.7-19.9 ms side by side
-        (docs/benchmarks.md, "Fused C kernels")."""
+        the semantic stage queues work there and waits for it. In-process, stdlib project, BM25
+        by FTS5: BM25 + the semantic stage 22.7-24.3 ms one after the other, 16.7-19.9 ms side by
+        side (docs/benchmarks.md, "Fused C kernels"); from the daemon's in-memory catalog BM25
+        is ~1 ms either way."""
         from supergrep.index.compressed import thread_pool
 
         pool = thread_pool("sg-lexical", 2)
