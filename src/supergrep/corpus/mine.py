@@ -90,8 +90,12 @@ from supergrep.errors import UsageError
 
 log = logging.getLogger(__name__)
 
+# The public evaluation set's packages (eval/public/README.md: never train on them) and the
+# development set's (eval/dev/: the sweeps choose checkpoints on it, so it must stay unseen too;
+# toolz ships `tlz` beside `toolz`).
 DEFAULT_EXCLUDED_PACKAGES = (
     "jinja2", "itsdangerous", "markupsafe", "requests", "click", "flask", "werkzeug", "rich", "httpx",
+    "joblib", "toolz", "tlz", "tomlkit", "marshmallow",
 )
 MINE_EXCLUDED_DIRS = (
     ".git", ".hg", ".svn", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox", ".nox",
