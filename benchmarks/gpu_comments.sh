@@ -64,5 +64,54 @@ cmt --train-file $W/cmt.jsonl"}
   pack_logs "$OUT" $W/*.json $W/*.err $W/*.txt
   ls -la "$OUT"
   ;;
+carry)
+  # one piece of a split model per call (the working tree leaves ~45 MB of a call's 64 MiB)
+  shift; mkdir -p $W/parts; for d in "$@"; do cp "$d"/piece.* $W/parts/; cp "$d"/mp* $W/ 2>/dev/null; done
+  ls -la $W/parts; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee $W/gpu.txt
+  ;;
+teacher)
+  # all-mpnet-base-v2 as the teacher on the comment queries (the fifth sweep's open question):
+  # after `model` (.gpu/mA), `carry .gpu/mp1` ... `carry .gpu/mp5` (its fp16 weights in five
+  # pieces + mpmeta.tar + mpsha256), with carry [".gpu/mB", ".gpu/cmt"]: assemble both models,
+  # mine 3 negatives + the teacher's scores per comment row, train $RUNS on them.
+  python3 -m pip install -q --no-deps --target /tmp/site .gpu/cmt/*.whl
+  export PYTHONPATH=$PWD/src:/tmp/site SUPERGREP_HOME=/tmp/sg PYTHONUNBUFFERED=1
+  rm -rf $W/minilm-fp16 $W/mpnet $W/runs $W/rc.txt /tmp/pack && mkdir -p $W/minilm-fp16 $W/mpnet
+  tar xf .gpu/mB/meta.tar -C $W/minilm-fp16
+  cat $W/parts/piece.aa .gpu/mB/piece.ab > $W/minilm-fp16/model.safetensors
+  echo "$(cat .gpu/mB/sha256)  $W/minilm-fp16/model.safetensors" | sha256sum -c - || exit 3
+  tar xf $W/mpmeta.tar -C $W/mpnet
+  cat $W/parts/piece.a $W/parts/piece.b $W/parts/piece.c $W/parts/piece.d $W/parts/piece.e > $W/mpnet/model.safetensors
+  echo "$(cat $W/mpsha256)  $W/mpnet/model.safetensors" | sha256sum -c - || exit 3
+  xz -dc .gpu/cmt/pairs.jsonl.xz | grep '"split": "val"' > $W/val.jsonl
+  xz -dc .gpu/cmt/comments.jsonl.xz | grep '"split": "train"' > $W/cmt.jsonl
+  t0=$(date +%s)
+  python3 -m supergrep mine-negatives $W/cmt.jsonl -o $W/cmt-kd.jsonl --per-query 3 --pool 1024 \
+    --teacher $W/mpnet --device cuda --json > $W/mine.json 2> $W/mine.err
+  echo "mine rc=$? after $(( $(date +%s) - t0 )) s"; cat $W/mine.json; tail -3 $W/mine.err
+  STEPS=${STEPS:-500}
+  common="--config configs/minilm-code.yaml --model-path $W/minilm-fp16 --max-steps $STEPS
+    --save-every ${SAVE_EVERY:-250} --keep-last 3 --eval-every ${SAVE_EVERY:-250} --lr ${LR:-1e-4} --precision bf16
+    --projection-dim 384 --teacher-weight 1 --infonce-weight 0 --margin-weight 0 --query-identifier-dropout 0
+    --document-header-dropout 0 --docstring-body-rate 0 --hard-negatives --train-file $W/cmt-kd.jsonl
+    --val-file $W/val.jsonl --quiet --json"
+  RUNS=${RUNS:-"tkd
+tkd-lr2 --lr 2e-4
+tkd-inf --infonce-weight 1 --distill-weight 1"}
+  while read -r name flags; do
+    [ -z "$name" ] && continue
+    # shellcheck disable=SC2086
+    ( timeout ${TRAIN_CAP_S:-400} python3 -m supergrep train $common --output-dir $W/runs/$name $flags > $W/$name.json 2> $W/$name.err
+      echo "$name rc=$? after $(( $(date +%s) - t0 )) s" >> $W/rc.txt ) &
+  done <<< "$RUNS"
+  sleep 60; nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader | tee -a $W/gpu.txt
+  wait
+  cat $W/rc.txt; for f in $W/t*.json; do echo "== $f"; tail -c 500 "$f"; echo; done
+  for f in $W/t*.err; do echo "== $f"; tail -3 "$f"; done
+  pack_runs $W/runs "$OUT"
+  python3 benchmarks/hn_pack.py pack $W/cmt.jsonl $W/cmt-kd.jsonl -o $W/kd-index.json && gzip -c $W/kd-index.json > "$OUT/kd-index.json.gz"
+  pack_logs "$OUT" $W/t*.json $W/*.err $W/*.txt $W/mine.json
+  ls -la "$OUT"
+  ;;
 *) echo "unknown phase $1"; exit 2 ;;
 esac
