@@ -24,17 +24,23 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
 W=${W:-/tmp/w}
 mkdir -p "$OUT" $W
+
+# MiniLM from its two pieces (the first carried by `model`), the wheels, the environment.
+assemble_minilm() {
+  rm -rf $W/minilm-fp16 && mkdir -p $W/minilm-fp16 && tar xf .gpu/mB/meta.tar -C $W/minilm-fp16
+  cat $W/parts/piece.aa .gpu/mB/piece.ab > $W/minilm-fp16/model.safetensors
+  echo "$(cat .gpu/mB/sha256)  $W/minilm-fp16/model.safetensors" | sha256sum -c - || exit 3
+  python3 -m pip install -q --no-deps --target /tmp/site .gpu/cmt/*.whl
+  export PYTHONPATH=$PWD/src:/tmp/site SUPERGREP_HOME=/tmp/sg PYTHONUNBUFFERED=1
+}
+
 case ${1:?model | train} in
 model)
   rm -rf $W/parts && mkdir -p $W/parts && cp .gpu/mA/piece.* $W/parts/ && ls -la $W/parts
   nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee $W/gpu.txt
   ;;
 train)
-  rm -rf $W/minilm-fp16 && mkdir -p $W/minilm-fp16 && tar xf .gpu/mB/meta.tar -C $W/minilm-fp16
-  cat $W/parts/piece.aa .gpu/mB/piece.ab > $W/minilm-fp16/model.safetensors
-  echo "$(cat .gpu/mB/sha256)  $W/minilm-fp16/model.safetensors" | sha256sum -c - || exit 3
-  python3 -m pip install -q --no-deps --target /tmp/site .gpu/cmt/*.whl
-  export PYTHONPATH=$PWD/src:/tmp/site SUPERGREP_HOME=/tmp/sg PYTHONUNBUFFERED=1
+  assemble_minilm
   rm -rf $W/runs $W/rc.txt /tmp/pack
   xz -dc .gpu/cmt/pairs.jsonl.xz > $W/doc.jsonl
   xz -dc .gpu/cmt/comments.jsonl.xz > $W/cmt.jsonl
@@ -49,16 +55,8 @@ train)
   RUNS=${RUNS:-"doc --train-file $W/doc.jsonl
 mix --train-file $W/mix.jsonl
 cmt --train-file $W/cmt.jsonl"}
-  t0=$(date +%s)
-  while read -r name flags; do
-    [ -z "$name" ] && continue
-    # shellcheck disable=SC2086
-    ( timeout ${TRAIN_CAP_S:-500} python3 -m supergrep train $common --output-dir $W/runs/$name $flags > $W/$name.json 2> $W/$name.err
-      echo "$name rc=$? after $(( $(date +%s) - t0 )) s" >> $W/rc.txt ) &
-  done <<< "$RUNS"
-  sleep 60; nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader | tee -a $W/gpu.txt
-  wait
-  cat $W/rc.txt; for f in $W/*.json; do echo "== $f"; tail -c 500 "$f"; echo; done
+  train_runs "$common" ${TRAIN_CAP_S:-500} $W
+  for f in $W/*.json; do echo "== $f"; tail -c 500 "$f"; echo; done
   for f in $W/*.err; do echo "== $f"; tail -3 "$f"; done
   pack_runs $W/runs "$OUT"
   pack_logs "$OUT" $W/*.json $W/*.err $W/*.txt
@@ -74,12 +72,8 @@ teacher)
   # after `model` (.gpu/mA), `carry .gpu/mp1` ... `carry .gpu/mp5` (its fp16 weights in five
   # pieces + mpmeta.tar + mpsha256), with carry [".gpu/mB", ".gpu/cmt"]: assemble both models,
   # mine 3 negatives + the teacher's scores per comment row, train $RUNS on them.
-  python3 -m pip install -q --no-deps --target /tmp/site .gpu/cmt/*.whl
-  export PYTHONPATH=$PWD/src:/tmp/site SUPERGREP_HOME=/tmp/sg PYTHONUNBUFFERED=1
-  rm -rf $W/minilm-fp16 $W/mpnet $W/runs $W/rc.txt /tmp/pack && mkdir -p $W/minilm-fp16 $W/mpnet
-  tar xf .gpu/mB/meta.tar -C $W/minilm-fp16
-  cat $W/parts/piece.aa .gpu/mB/piece.ab > $W/minilm-fp16/model.safetensors
-  echo "$(cat .gpu/mB/sha256)  $W/minilm-fp16/model.safetensors" | sha256sum -c - || exit 3
+  assemble_minilm
+  rm -rf $W/mpnet $W/runs $W/rc.txt /tmp/pack && mkdir -p $W/mpnet
   tar xf $W/mpmeta.tar -C $W/mpnet
   cat $W/parts/piece.a $W/parts/piece.b $W/parts/piece.c $W/parts/piece.d $W/parts/piece.e > $W/mpnet/model.safetensors
   echo "$(cat $W/mpsha256)  $W/mpnet/model.safetensors" | sha256sum -c - || exit 3
@@ -98,15 +92,8 @@ teacher)
   RUNS=${RUNS:-"tkd
 tkd-lr2 --lr 2e-4
 tkd-inf --infonce-weight 1 --distill-weight 1"}
-  while read -r name flags; do
-    [ -z "$name" ] && continue
-    # shellcheck disable=SC2086
-    ( timeout ${TRAIN_CAP_S:-400} python3 -m supergrep train $common --output-dir $W/runs/$name $flags > $W/$name.json 2> $W/$name.err
-      echo "$name rc=$? after $(( $(date +%s) - t0 )) s" >> $W/rc.txt ) &
-  done <<< "$RUNS"
-  sleep 60; nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader | tee -a $W/gpu.txt
-  wait
-  cat $W/rc.txt; for f in $W/t*.json; do echo "== $f"; tail -c 500 "$f"; echo; done
+  train_runs "$common" ${TRAIN_CAP_S:-400} $W
+  for f in $W/t*.json; do echo "== $f"; tail -c 500 "$f"; echo; done
   for f in $W/t*.err; do echo "== $f"; tail -3 "$f"; done
   pack_runs $W/runs "$OUT"
   python3 benchmarks/hn_pack.py pack $W/cmt.jsonl $W/cmt-kd.jsonl -o $W/kd-index.json && gzip -c $W/kd-index.json > "$OUT/kd-index.json.gz"

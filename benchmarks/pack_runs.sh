@@ -25,3 +25,21 @@ pack_logs() {
   cp "$@" /tmp/pack/logs/ 2>/dev/null
   tar -C /tmp/pack -czf "$out/logs.tgz" logs
 }
+
+# train_runs COMMON CAP_S W: every "NAME FLAGS..." line of $RUNS as `supergrep train $COMMON
+# --output-dir W/runs/NAME FLAGS` at the same time on the GPU (later flags override COMMON), each
+# capped at CAP_S seconds; W/NAME.json and .err per run, W/rc.txt the exit codes, one
+# utilisation sample after 60 s.
+train_runs() {
+  local common=$1 cap=$2 w=$3 name flags t0
+  t0=$(date +%s)
+  while read -r name flags; do
+    [ -z "$name" ] && continue
+    # shellcheck disable=SC2086
+    ( timeout "$cap" python3 -m supergrep train $common --output-dir "$w/runs/$name" $flags > "$w/$name.json" 2> "$w/$name.err"
+      echo "$name rc=$? after $(( $(date +%s) - t0 )) s" >> "$w/rc.txt" ) &
+  done <<< "$RUNS"
+  sleep 60; nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader | tee -a "$w/gpu.txt"
+  wait
+  cat "$w/rc.txt"
+}
