@@ -251,3 +251,16 @@ def test_mlx_variants_refuse_what_mlx_cannot_run(tmp_path, monkeypatch):
     got = CliRunner().invoke(cli, ["bench", "train", "-w", "minilm-tiny", "--work-dir", str(tmp_path / "w"),
                                    "--variants", "mlx+fp32", "--device", "cpu"])
     assert isinstance(got.exception, UsageError) and "pip install" in str(got.exception)
+
+
+def test_nodropout_variant_sets_model_dropout_zero(tiny_bert_workload):
+    wl = tiny_bert_workload
+    from supergrep.bench.train import grid_variants, parse_variant, train_config, variant_name
+
+    v = parse_variant("bf16+varlen+packing+nodropout")
+    assert not v.dropout and not v.is_naive and "nodropout" in variant_name(v)
+    assert train_config(wl, v, "cpu", 8).model_dropout == 0.0
+    assert train_config(wl, parse_variant("bf16"), "cpu", 8).model_dropout == -1.0  # the model's own
+    with pytest.raises(ValueError, match="keeps the model's dropout"):
+        parse_variant("mlx+nodropout")
+    assert [x.name for x in grid_variants(["precision=bf16"])] == ["naive", "bf16"]

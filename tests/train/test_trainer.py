@@ -199,3 +199,36 @@ def test_distillation_teacher_is_the_untouched_base(tiny_model, pairs_file, tmp_
     base = Encoder(resolve_model(tiny_model), device="cpu").backend.forward(batch.q_ids, batch.q_mask)
     rows = batch.q_mask
     np.testing.assert_allclose(teacher[rows], base[rows], atol=1e-5)
+
+
+@pytest.mark.parametrize("model_fixture", ["tiny_model", "tiny_t5"])
+def test_model_dropout_zero_removes_the_encoders_dropout(model_fixture, request, pairs_file, tmp_path):
+    model = request.getfixturevalue(model_fixture)
+
+    def twice(trainer):  # the same input through the model in train mode, twice
+        ids = torch.randint(5, 60, (2, 12), generator=torch.Generator().manual_seed(0))
+        mask = torch.ones_like(ids)
+        with torch.no_grad():
+            return [trainer.model(input_ids=ids, attention_mask=mask).last_hidden_state for _ in range(2)]
+
+    own, batch = trainer_and_batch(cfg_for(model, pairs_file, tmp_path))
+    assert own.model.training and any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in own.model.modules())
+    a, b = twice(own)
+    assert not torch.equal(a, b)  # the model's own dropout draws new masks
+    off, _ = trainer_and_batch(cfg_for(model, pairs_file, tmp_path, model_dropout=0.0))
+    assert not any(isinstance(m, torch.nn.Dropout) for m in off.model.modules())
+    a, b = twice(off)
+    assert torch.equal(a, b)
+    loss, _ = off.train_step(batch, 1e-3)  # BERT's attention reads its dropout layer's p
+    assert torch.isfinite(loss)
+    half, _ = trainer_and_batch(cfg_for(model, pairs_file, tmp_path, model_dropout=0.3))
+    ps = {m.p for m in half.model.modules() if isinstance(m, torch.nn.Dropout)}
+    assert ps == {0.3}
+
+
+def test_model_dropout_is_checked():
+    from supergrep.errors import ConfigError
+
+    for bad in ({"model_dropout": 1.0}, {"model_dropout": -0.5}, {"model_dropout": 0.0, "backend": "mlx"}):
+        with pytest.raises(ConfigError, match="model_dropout"):
+            load_train_config(None, {"train_file": "x.jsonl", **bad})

@@ -86,6 +86,37 @@ class _RandState:
             yield
 
 
+class NoDropout(nn.Identity):
+    """An identity where a dropout layer was; ``p = 0`` for code that reads the layer's
+    probability (HF's BERT attention passes ``self.dropout.p`` to its attention function)."""
+
+    p = 0.0
+
+
+def set_model_dropout(model: nn.Module, p: float) -> int:
+    """Every ``nn.Dropout`` of ``model`` at probability ``p``; at 0 each becomes ``NoDropout``,
+    so no mask is drawn, stored or applied (eager and compiled alike). Returns how many layers
+    changed. Attention modules that keep the probability as a float attribute (HF's T5Attention:
+    ``self.dropout``) get it set there too."""
+    n = 0
+    for parent in list(model.modules()):
+        for attr in ("dropout", "dropout_prob", "attention_dropout"):
+            if isinstance(getattr(parent, attr, None), float):
+                setattr(parent, attr, p)
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Dropout):
+                if p == 0:
+                    setattr(parent, name, NoDropout())
+                else:
+                    child.p = p
+                n += 1
+    cfg = getattr(model, "config", None)
+    for key in ("dropout_rate", "hidden_dropout_prob", "attention_probs_dropout_prob"):
+        if cfg is not None and hasattr(cfg, key):
+            setattr(cfg, key, p)
+    return n
+
+
 class TorchTrainer:
     """Trains ``spec``'s model with LoRA; see the module docstring for one step."""
 
@@ -105,6 +136,8 @@ class TorchTrainer:
                 model.set_attn_implementation("eager")
         for p in model.parameters():
             p.requires_grad_(False)
+        if cfg.model_dropout >= 0:
+            set_model_dropout(model, cfg.model_dropout)
         self.adapted = linear_to_lora_layers(model, lora, spec.model_type, seed=cfg.seed)
         if cfg.qat_bits:  # quantization-aware training (backends/torch_quant.py)
             from supergrep.backends.torch_quant import enable_qat

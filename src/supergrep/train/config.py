@@ -34,6 +34,7 @@ class TrainConfig:
     lora_r: int = _f(16, "LoRA rank.")
     lora_alpha: float = _f(32.0, "LoRA alpha (the update is scaled by alpha / r).")
     lora_dropout: float = _f(0.0, "Dropout on the LoRA branch's input.")
+    model_dropout: float = _f(-1.0, "The encoder's own dropout (hidden states, attention) while training: -1 keeps the model's (T5/BERT: 0.1), 0 removes the dropout layers and their kernels (torch; faster: docs/performance.md), other values replace the probability.")
     lora_target_modules: list = _f([], "Linear layers to adapt (PEFT matching); empty: per-architecture default (T5: q,k,v,o,wi_0,wi_1,wo; BERT/MPNet: attention and MLP).")
     query_max_tokens: int = _f(32, "Query length used in training (and saved with the model).")
     document_max_tokens: int = _f(256, "Document length used in training (and saved with the model).")
@@ -107,6 +108,10 @@ class TrainConfig:
             problems.append("projection_dim must be >= 0")
         if not 0 <= self.lora_dropout < 1:
             problems.append("lora_dropout must be in [0, 1)")
+        if not (self.model_dropout == -1 or 0 <= self.model_dropout < 1):
+            problems.append("model_dropout must be -1 (the model's own) or in [0, 1)")
+        if self.model_dropout != -1 and self.backend != "torch":
+            problems.append("model_dropout needs backend torch (the MLX trainer keeps the model's dropout)")
         for name in ("query_identifier_dropout", "document_header_dropout", "docstring_body_rate"):
             if not 0 <= getattr(self, name) <= 1:
                 problems.append(f"{name} must be in [0, 1]")
