@@ -95,7 +95,8 @@ def strip_comment(code: str, places: list[tuple[int, int]]) -> str:
 
 
 def _defs(tree: ast.AST):
-    """(qualified name, node) of every function and method, outermost first."""
+    """(qualified name, node) of every function and method, nested ones and methods of nested
+    classes included (classes themselves are not yielded)."""
     stack = [("", tree)]
     while stack:
         prefix, node = stack.pop()
@@ -145,6 +146,12 @@ def main() -> None:
     ap.add_argument("--min-words", type=int, default=6)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    for ok, path, what in ((args.pairs.is_file(), args.pairs, "pairs file"),
+                           (args.roots.is_dir(), args.roots, "roots folder")):
+        if not ok:
+            print(f"{path}: no such {what}; give the mined pairs.jsonl and the folder of corpus roots "
+                  f"it was mined from", file=sys.stderr)
+            sys.exit(2)
     files: dict[tuple[str, str], str] = {}
     with args.pairs.open() as f:
         for n, line in enumerate(f, 1):

@@ -88,6 +88,9 @@ def test_script_end_to_end_and_bad_jsonl(tmp_path: Path):
     bad = subprocess.run([sys.executable, str(SCRIPT), str(pairs), "--roots", str(tmp_path / "roots"),
                           "-o", str(out)], capture_output=True, text=True)
     assert bad.returncode == 2 and "pairs.jsonl:2: not JSON" in bad.stderr
+    missing = subprocess.run([sys.executable, str(SCRIPT), str(pairs), "--roots", str(tmp_path / "nope"),
+                              "-o", str(out)], capture_output=True, text=True)
+    assert missing.returncode == 2 and "no such roots folder" in missing.stderr
 
 
 @pytest.mark.parametrize("places, expected", [
