@@ -253,6 +253,17 @@ def test_mlx_variants_refuse_what_mlx_cannot_run(tmp_path, monkeypatch):
     assert isinstance(got.exception, UsageError) and "pip install" in str(got.exception)
 
 
+def test_fp8_variant_sets_fp8_products(tiny_bert_workload):
+    from supergrep.bench.train import parse_variant, train_config, variant_name
+
+    v = parse_variant("bf16+compile+varlen+packing+fp8")
+    assert v.fp8 and not v.is_naive and "fp8" in variant_name(v)
+    assert train_config(tiny_bert_workload, v, "cpu", 8).fp8_products
+    assert not train_config(tiny_bert_workload, parse_variant("bf16"), "cpu", 8).fp8_products
+    with pytest.raises(ValueError, match="float8"):
+        parse_variant("mlx+fp8")
+
+
 def test_nodropout_variant_sets_model_dropout_zero(tiny_bert_workload):
     wl = tiny_bert_workload
     from supergrep.bench.train import grid_variants, parse_variant, train_config, variant_name
@@ -261,6 +272,5 @@ def test_nodropout_variant_sets_model_dropout_zero(tiny_bert_workload):
     assert not v.dropout and not v.is_naive and "nodropout" in variant_name(v)
     assert train_config(wl, v, "cpu", 8).model_dropout == 0.0
     assert train_config(wl, parse_variant("bf16"), "cpu", 8).model_dropout == -1.0  # the model's own
-    with pytest.raises(ValueError, match="keeps the model's dropout"):
-        parse_variant("mlx+nodropout")
+    assert train_config(wl, parse_variant("mlx+nodropout"), "cpu", 8).model_dropout == 0.0  # MLX too
     assert [x.name for x in grid_variants(["precision=bf16"])] == ["naive", "bf16"]

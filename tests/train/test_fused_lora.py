@@ -172,3 +172,97 @@ def test_fusable_accepts_matching_projections():
     assert fusable(_mods((16, 16, 16), 16))
     assert fusable(_mods((40, 40), 16, bias=True))
     assert fusable(_mods((16,), 16, dropout=0.0))
+
+
+# -- float8 products (LoRALinear.fp8, train config fp8_products) --------------------------------
+# torch's CPU build runs torch._scaled_mm with row scales too, so the float8 path is checked here
+# against the exact float32 modules; on a GPU it is the same code with the tensor cores' fast
+# accumulation. e4m3 keeps 3 mantissa bits: a product's relative error is ~2-3% per element and
+# averages down over the inner size, so output and gradients land within a few percent, while a
+# dropped scale, a transposed weight or a missing LoRA term would be off by O(1).
+
+FP8_CASES = {
+    "qkv": ((32, 32, 32), 32, False, "btd"),
+    "bert-qkv-bias": ((32, 32, 32), 32, True, "btd"),
+    "wi0-wi1": ((48, 48), 32, False, "flat"),
+    "o-padded-rows": ((32,), 48, True, "transposed"),  # 32 + r rows: padded to 48 for float8
+}
+
+
+def _fp8(mods):
+    for m in mods:
+        m.fp8 = True
+    return mods
+
+
+@pytest.mark.parametrize("case", list(FP8_CASES))
+def test_fp8_products_track_the_exact_modules(case):
+    outs, d_in, bias, kind = FP8_CASES[case]
+    mods = _mods(outs, d_in, bias, seed=41)
+    x = _x(kind, d_in, 42)
+    g = torch.randn(*x.shape[:-1], sum(outs), generator=torch.Generator().manual_seed(43))
+    ref = _run(_reference, x, mods, g)
+    got = _run(fused_lora_linear, x, _fp8(mods), g)
+    assert _rel(got[0], ref[0]) < 0.06
+    assert _rel(got[1], ref[1]) < 0.06
+    for i in range(len(outs)):
+        assert _rel(got[2][i], ref[2][i]) < 0.06
+        assert _rel(got[3][i], ref[3][i]) < 0.06
+    # ... and it is the float8 path: not bit-equal to the float32 fused product
+    plain = _run(fused_lora_linear, x, [m for m in _mods(outs, d_in, bias, seed=41)], g)
+    assert not torch.equal(got[0], plain[0])
+
+
+def test_fp8_single_module_forward_goes_through_the_fused_product():
+    (m,) = _fp8(_mods((32,), 32, True, seed=51))
+    x = torch.randn(6, 32, generator=torch.Generator().manual_seed(52))
+    ref = _reference(x, _mods((32,), 32, True, seed=51))
+    got = m(x)
+    assert _rel(got, ref) < 0.06 and not torch.equal(got, ref)
+
+
+def test_fp8_falls_back_where_float8_cannot_take_the_shapes():
+    mods = _fp8(_mods((16, 8), 24, seed=61))  # inner sizes 24 and 24: not multiples of 16
+    x = _x("flat", 24, 62)
+    g = torch.randn(5, 24, generator=torch.Generator().manual_seed(63))
+    got = _run(fused_lora_linear, x, mods, g)
+    plain = _run(fused_lora_linear, x, _mods((16, 8), 24, seed=61), g)
+    torch.testing.assert_close(got[0], plain[0])
+    torch.testing.assert_close(got[1], plain[1])
+
+
+def test_fusable_refuses_mixed_fp8():
+    mods = _mods((16, 16), 16)
+    mods[0].fp8 = True
+    assert not fusable(mods)
+
+
+def test_set_fp8_products_switches_every_lora_projection():
+    from supergrep.backends.torch_train import set_fp8_products
+
+    model = nn.Sequential(*_mods((16, 16), 16), nn.Linear(16, 16))
+    assert set_fp8_products(model, True) == 2
+    assert all(m.fp8 for m in model if isinstance(m, LoRALinear))
+    assert set_fp8_products(model, False) == 2 and not any(m.fp8 for m in model if isinstance(m, LoRALinear))
+
+
+def test_fp8_compiles_with_dynamic_token_counts():
+    """torch.compile (dynamic shapes) of the float8 path: the training step compiles it; its
+    operands must stay outside the autograd function and _scaled_mm's B column-major."""
+    torch._dynamo.reset()
+    qkv = _fp8(_mods((32, 32, 32), 32, seed=71))
+    o = _fp8(_mods((32,), 96, True, seed=72))
+
+    def two(x, _mods_unused=None):
+        return fused_lora_linear(fused_lora_linear(x, qkv), o)
+
+    compiled = torch.compile(two, dynamic=True)
+    for n, seed in ((40, 73), (24, 74)):
+        x = torch.randn(n, 32, generator=torch.Generator().manual_seed(seed))
+        g = torch.randn(n, 32, generator=torch.Generator().manual_seed(seed + 10))
+        eager = _run(lambda x, _: two(x), x, qkv + o, g)
+        comp = _run(lambda x, _: compiled(x), x, qkv + o, g)
+        assert _rel(comp[0], eager[0]) < 1e-2
+        assert _rel(comp[1], eager[1]) < 1e-2
+        for i in range(4):
+            assert _rel(comp[2][i], eager[2][i]) < 1e-2 and _rel(comp[3][i], eager[3][i]) < 1e-2

@@ -238,3 +238,28 @@ def test_exact_resume_and_no_cross_backend_resume(tiny_model, pairs_file, tmp_pa
     cfg = cfg_for(tiny_model, pairs_file, tmp_path, backend="torch", max_steps=7, output_dir=str(a), lora_dropout=0.1)
     with pytest.raises(TrainingError, match="convert"):
         run_training(cfg, resume=True, show_progress=False)
+
+
+@pytest.mark.parametrize("model_fixture", ["tiny_model", "tiny_t5"])
+def test_model_dropout_zero_removes_the_encoders_dropout(model_fixture, request, pairs_file, tmp_path):
+    """Default 0: two train-mode forwards agree; -1 (the model's 0.1) draws masks; the LoRA
+    branch's own dropout is not the model's (set before LoRA wraps the projections)."""
+    model = request.getfixturevalue(model_fixture)
+    ids = mx.array(np.random.RandomState(0).randint(5, 60, (2, 12)))
+    mask = mx.ones(ids.shape, dtype=mx.int32)
+
+    def twice(trainer):
+        trainer.tower.train()
+        return [np.array(trainer.tower.model(ids, mask)) for _ in range(2)]
+
+    off, _ = setup(cfg_for(model, pairs_file, tmp_path))
+    a, b = twice(off)
+    np.testing.assert_array_equal(a, b)
+    own, _ = setup(cfg_for(model, pairs_file, tmp_path, model_dropout=-1.0))
+    a, b = twice(own)
+    assert not np.array_equal(a, b)
+    lora, _ = setup(cfg_for(model, pairs_file, tmp_path, lora_dropout=0.2))
+    from mlx import nn as mnn
+
+    kept = [m for _, m in lora.tower.model.named_modules() if isinstance(m, mnn.Dropout) and m._p_1 < 1]
+    assert kept and all(abs(m._p_1 - 0.8) < 1e-6 for m in kept)  # only LoRA's, at its own rate

@@ -10,7 +10,7 @@ import torch
 
 from supergrep.backends.adapters import LoRAConfig
 from supergrep.backends.torch_lora import lora_modules
-from supergrep.errors import ModelError, TrainingError
+from supergrep.errors import ModelError, TrainingError, UsageError
 from supergrep.train.config import load_train_config
 from supergrep.train.data import bucket_batches, cached_tokens, collate
 from supergrep.train.loop import make_trainer, run_training, training_spec
@@ -211,7 +211,9 @@ def test_model_dropout_zero_removes_the_encoders_dropout(model_fixture, request,
         with torch.no_grad():
             return [trainer.model(input_ids=ids, attention_mask=mask).last_hidden_state for _ in range(2)]
 
-    own, batch = trainer_and_batch(cfg_for(model, pairs_file, tmp_path))
+    default, _ = trainer_and_batch(cfg_for(model, pairs_file, tmp_path))  # the default: removed
+    assert not any(isinstance(m, torch.nn.Dropout) for m in default.model.modules())
+    own, batch = trainer_and_batch(cfg_for(model, pairs_file, tmp_path, model_dropout=-1.0))
     assert own.model.training and any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in own.model.modules())
     a, b = twice(own)
     assert not torch.equal(a, b)  # the model's own dropout draws new masks
@@ -226,9 +228,20 @@ def test_model_dropout_zero_removes_the_encoders_dropout(model_fixture, request,
     assert ps == {0.3}
 
 
+def test_fp8_products_is_checked(tiny_model, pairs_file, tmp_path):
+    from supergrep.errors import ConfigError
+
+    for bad in ({"backend": "mlx"}, {"lora_dropout": 0.1}, {"qat_bits": 8}):
+        with pytest.raises(ConfigError, match="fp8_products"):
+            load_train_config(None, {"train_file": "x.jsonl", "fp8_products": True, **bad})
+    # this machine has no float8 tensor cores: a clear refusal, not a slow float8 emulation
+    with pytest.raises(UsageError, match="float8 tensor cores"):
+        trainer_and_batch(cfg_for(tiny_model, pairs_file, tmp_path, fp8_products=True))
+
+
 def test_model_dropout_is_checked():
     from supergrep.errors import ConfigError
 
-    for bad in ({"model_dropout": 1.0}, {"model_dropout": -0.5}, {"model_dropout": 0.0, "backend": "mlx"}):
+    for bad in ({"model_dropout": 1.0}, {"model_dropout": -0.5}):
         with pytest.raises(ConfigError, match="model_dropout"):
             load_train_config(None, {"train_file": "x.jsonl", **bad})

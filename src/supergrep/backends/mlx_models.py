@@ -458,6 +458,22 @@ class T5EncoderModel(Encoder):
 # -- building and loading ----------------------------------------------------------------------
 
 
+def set_model_dropout(model: nn.Module, p: float) -> int:
+    """Every dropout of ``model`` (the ``nn.Dropout`` layers and the attention modules' own
+    probability) at ``p``; at 0 no mask is drawn (``nn.Dropout`` returns its input when its keep
+    probability is 1, ``attention`` takes the fused kernel). Call it before LoRA wraps the
+    projections, so a LoRA branch's own dropout is left alone. Returns how many places changed."""
+    n = 0
+    for _, m in model.named_modules():
+        if isinstance(m, nn.Dropout):
+            m._p_1 = 1.0 - p  # MLX's Dropout keeps the keep probability
+            n += 1
+        elif isinstance(m, (BertSelfAttention, MPNetSelfAttention, T5Attention)):
+            m.p = p
+            n += 1
+    return n
+
+
 def read_config(path: Path) -> dict:
     try:
         cfg = json.loads((path / "config.json").read_text())

@@ -40,7 +40,7 @@ from supergrep.backends.mlx_lora import (
     load_adapter_state,
     lora_modules,
 )
-from supergrep.backends.mlx_models import build_dense, load_transformer
+from supergrep.backends.mlx_models import build_dense, load_transformer, set_model_dropout
 from supergrep.backends.mlx_ops import MLXOps
 from supergrep.errors import TrainingError, UsageError
 
@@ -113,6 +113,8 @@ class MLXTrainer:
         model.fused_attention = cfg.attn_implementation == "sdpa"
         model.recompute = cfg.gradient_checkpointing
         model.freeze()
+        if cfg.model_dropout >= 0:  # before LoRA: its branch's dropout is lora_dropout's
+            set_model_dropout(model, cfg.model_dropout)
         self.adapted = linear_to_lora_layers(model, lora, spec.model_type, seed=cfg.seed)
         head, self.replaces_base = self._make_head(spec, cfg)
         frozen = [build_dense(d, self.dtype) for d in (spec.dense[:-1] if self.replaces_base else spec.dense)]

@@ -12,6 +12,18 @@ Rounding: under bf16 autocast the merged weight is rounded to bf16 once per step
 reaches the forward with a rounding error of the order of the frozen weight's own bf16 rounding
 (which the unfused path has too); the gradients of A and B are exact (they come from ``x A^T``
 and ``g B``, not from the merged weight).
+
+Float8 (``LoRALinear.fp8``, train config ``fp8_products``): with a frozen base, the two large
+GEMMs of a projection are the forward (``x [W + s B A; A]^T``) and the input gradient
+(``g [W + s B A, blockdiag(B)]``); there is no weight-gradient GEMM for W at all. Both run as
+float8 (e4m3) products on GPUs with float8 tensor cores (``torch._scaled_mm``: a float32 scale
+per row of each operand, float32 accumulation (the tensor cores' fast one on CUDA), output in
+the compute dtype), the merged weight quantised once a step in each orientation. The thin
+weight-gradient GEMMs of A and B stay in the compute dtype, from the bf16 ``x`` and ``g``, so
+the adapter's gradients see float8 error only through ``u = x A^T`` and ``v = g blockdiag(B)``.
+The quantisations of the weights and of ``x`` happen outside the autograd function (they need
+no gradient): torch.compile (2.11-2.13) cannot trace a reduction over a dynamic-size input
+inside one ("lift_tracked_freevar_to_input should not be called on root SubgraphTracer").
 """
 
 from __future__ import annotations
@@ -21,6 +33,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from supergrep.backends.torch_fp8 import quantize_rows
 from supergrep.backends.torch_lora import LoRALinear
 
 
@@ -44,7 +57,7 @@ def fusable(mods: Sequence[nn.Module]) -> bool:
         # the fused backward gives the base no gradient: a trainable base must not be fused
         if m.base.weight.requires_grad or (m.base.bias is not None and m.base.bias.requires_grad):
             return False
-        if (m.in_features != m0.in_features or m.r != m0.r or m.scale != m0.scale
+        if (m.in_features != m0.in_features or m.r != m0.r or m.scale != m0.scale or m.fp8 != m0.fp8
                 or (m.base.bias is not None) != has_bias or m.base.weight.device != m0.base.weight.device):
             return False
     return True
@@ -52,6 +65,43 @@ def fusable(mods: Sequence[nn.Module]) -> bool:
 
 def _cat(ts: list[torch.Tensor]) -> torch.Tensor:
     return ts[0] if len(ts) == 1 else torch.cat(ts)
+
+
+def fp8_shapes_ok(in_features: int, outs: Sequence[int]) -> bool:
+    """Float8 products need the inner sizes of both GEMMs (in, sum of outs) in multiples of 16."""
+    return in_features % 16 == 0 and sum(outs) % 16 == 0
+
+
+def _quantized_rows16(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``quantize_rows`` of a weight-sized float32 matrix, its rows padded with zeros to a multiple
+    of 16 (a float8 product's output size); scales as the (1, rows) row vector ``_scaled_mm`` takes."""
+    pad = -w.shape[0] % 16
+    if pad:
+        w = torch.cat([w, w.new_zeros(pad, w.shape[1])])
+    # row-major, so that q.t() is the column-major operand _scaled_mm requires (elementwise ops
+    # keep a transposed input's strides)
+    q, s = quantize_rows(w.contiguous())
+    return q.contiguous(), s.reshape(1, -1)
+
+
+def _fp8_mm(xq, xs, wq, ws, dtype, n, bias=None):
+    """``x W^T`` (its first ``n`` columns) from x quantised per row and W as ``_quantized_rows16``."""
+    h = torch._scaled_mm(xq, wq.t(), scale_a=xs, scale_b=ws, bias=bias, out_dtype=dtype,
+                         use_fast_accum=xq.device.type == "cuda")
+    return h if h.shape[1] == n else h[:, :n]
+
+
+def _fp8_operands(w, a, b, bias, outs, scale, dtype):
+    """The float8 forms of a step's merged weight (no gradient flows through them): [W + s B A; A]
+    row-quantised for the forward, [W + s B A, blockdiag(B)]^T for the input gradient; the
+    block-diagonal B in ``dtype``; the bias padded to the forward's output columns."""
+    bd = b if len(outs) == 1 else torch.block_diag(*b.split(outs))  # (sum_out, k*r), small
+    w_eff = w + scale * (bd @ a)  # float32, weight-sized
+    fq, fs = _quantized_rows16(torch.cat([w_eff, a]))
+    gq, gs = _quantized_rows16(torch.cat([w_eff, bd], dim=1).t())  # (in + k*r, sum_out)
+    if bias is not None:
+        bias = torch.cat([bias, bias.new_zeros(fq.shape[0] - bias.shape[0])]).to(dtype)
+    return fq, fs, gq, gs, bd.to(dtype), bias
 
 
 def _forward(x, w, a, b, bias, outs, scale, dtype):
@@ -107,13 +157,56 @@ class _FusedLoRA(torch.autograd.Function):
         return gx, None, ga, gb, None, None, None, None
 
 
+class _FusedLoRAFp8(torch.autograd.Function):
+    """``_FusedLoRA`` with the forward and the input gradient as float8 products; the operands
+    come quantised (``_fp8_operands``, x by ``quantize_rows``); a and b are passed for their
+    gradients only."""
+
+    @staticmethod
+    def forward(ctx, x, a, b, xq, xs, fq, fs, gq, gs, bd, bias, n_out, outs, scale):
+        h = _fp8_mm(xq, xs, fq, fs, x.dtype, n_out + a.shape[0], bias)
+        u = h[:, n_out:].contiguous()
+        ctx.save_for_backward(x, u, gq, gs, bd)
+        ctx.outs, ctx.scale, ctx.device_type = outs, scale, x.device.type
+        return h[:, :n_out]
+
+    @staticmethod
+    def backward(ctx, g):
+        x, u, gq, gs, bd = ctx.saved_tensors
+        outs, scale = ctx.outs, ctx.scale
+        need_x, need_a, need_b = ctx.needs_input_grad[:3]
+        gx = ga = gb = None
+        with torch.autocast(ctx.device_type, enabled=False):
+            g = g.to(x.dtype).contiguous()
+            if need_x:  # one float8 GEMM for both g (W + s B A) and v = g blockdiag(B)
+                n_in = x.shape[1]
+                g8, g8s = quantize_rows(g)
+                h = _fp8_mm(g8, g8s, gq, gs, x.dtype, n_in + bd.shape[1])
+                gx, v = h[:, :n_in], h[:, n_in:]
+            elif need_a:
+                v = g @ bd
+            if need_a:
+                ga = ((v.t() * scale) @ x).float()
+            if need_b:
+                us = u * scale
+                r = u.shape[1] // len(outs)
+                parts, o = [], 0
+                for i, n in enumerate(outs):
+                    parts.append(g[:, o:o + n].t() @ us[:, i * r:(i + 1) * r])
+                    o += n
+                gb = _cat(parts).float()
+        return (gx, ga, gb) + (None,) * 11
+
+
 def fused_lora_linear(x: torch.Tensor, mods: Sequence[LoRALinear]) -> torch.Tensor:
     """``torch.cat([m(x) for m in mods], dim=-1)`` with no extra pass over the activations in
     forward and two in backward (module docstring).
 
     Only for modules where ``fusable(mods)`` holds. Under autocast the matmuls run in the
     autocast dtype (as ``F.linear`` would) and so does the output; otherwise in ``x.dtype``.
-    The output may be a strided view (one GEMM writes it beside ``x A^T``).
+    The output may be a strided view (one GEMM writes it beside ``x A^T``). With ``mods[0].fp8``
+    and sizes float8 products take (``fp8_shapes_ok``) the two large GEMMs run in float8
+    (module docstring); otherwise in the compute dtype.
     """
     dev = x.device.type
     dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
@@ -125,6 +218,16 @@ def fused_lora_linear(x: torch.Tensor, mods: Sequence[LoRALinear]) -> torch.Tens
     b = _cat([m.lora_B.float() for m in mods])
     bias = None if m0.base.bias is None else _cat([m.base.bias.float() for m in mods])
     outs = tuple(m.out_features for m in mods)
+    if m0.fp8 and fp8_shapes_ok(m0.in_features, outs):
+        with torch.autocast(dev, enabled=False):
+            with torch.no_grad():
+                ops = _fp8_operands(w, a.detach(), b.detach(), bias, outs, m0.scale, dtype)
+                xq, xs = quantize_rows(x2.detach())
+            if torch.is_grad_enabled() and (x2.requires_grad or a.requires_grad or b.requires_grad):
+                y = _FusedLoRAFp8.apply(x2, a, b, xq, xs, *ops, w.shape[0], outs, m0.scale)
+            else:
+                y = _fp8_mm(xq, xs, ops[0], ops[1], dtype, w.shape[0] + a.shape[0], ops[5])[:, :w.shape[0]]
+        return y.reshape(*x.shape[:-1], y.shape[-1])
     with torch.autocast(dev, enabled=False):
         if torch.is_grad_enabled() and (x2.requires_grad or a.requires_grad or b.requires_grad):
             y = _FusedLoRA.apply(x2, w, a, b, bias, outs, m0.scale, dtype)

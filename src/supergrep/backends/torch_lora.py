@@ -31,6 +31,8 @@ class LoRALinear(nn.Module):
 
     # Quantization-aware training replaces the forward (backends/torch_quant.py: enable_qat).
     weight_fake_quant = None
+    # Float8 products for the frozen projection (train config fp8_products; torch_fused_lora.py)
+    fp8 = False
 
     def __init__(self, base: nn.Linear, r: int, alpha: float, dropout: float = 0.0, init_a=None):
         super().__init__()
@@ -72,6 +74,11 @@ class LoRALinear(nn.Module):
             return self.base(x)
         if self.weight_fake_quant is not None:
             return self.weight_fake_quant(self, x)
+        if self.fp8:  # float8 lives in the fused path (one module is a group of one)
+            from supergrep.backends.torch_fused_lora import fusable, fused_lora_linear
+
+            if fusable([self]):
+                return fused_lora_linear(x, [self])
         out = self.base(x)
         a = self.lora_A.to(x.dtype)
         b = self.lora_B.to(x.dtype)

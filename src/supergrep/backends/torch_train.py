@@ -93,6 +93,19 @@ class NoDropout(nn.Identity):
     p = 0.0
 
 
+def set_fp8_products(model: nn.Module, on: bool) -> int:
+    """Run every LoRA projection of ``model`` with float8 products (``torch_fused_lora.py``);
+    returns how many were switched. Projections whose sizes float8 cannot take stay in bf16."""
+    from supergrep.backends.torch_lora import LoRALinear
+
+    n = 0
+    for m in model.modules():
+        if isinstance(m, LoRALinear):
+            m.fp8 = on
+            n += 1
+    return n
+
+
 def set_model_dropout(model: nn.Module, p: float) -> int:
     """Every ``nn.Dropout`` of ``model`` at probability ``p``; at 0 each becomes ``NoDropout``,
     so no mask is drawn, stored or applied (eager and compiled alike). Returns how many layers
@@ -143,6 +156,13 @@ class TorchTrainer:
             from supergrep.backends.torch_quant import enable_qat
 
             log.info("QAT: %s", enable_qat(model, cfg.qat_bits, cfg.qat_group_size))
+        if cfg.fp8_products:
+            from supergrep.backends.torch_fp8 import fp8_supported
+
+            if not fp8_supported(self.device):
+                raise UsageError(f"fp8_products needs a CUDA GPU with float8 tensor cores (Ada, Hopper); "
+                                 f"the device here is {self.device}: leave fp8_products off")
+            log.info("float8 products for %d LoRA projections", set_fp8_products(model, True))
         self.head = self._make_head(spec, cfg)
         frozen = [build_dense(d) for d in (spec.dense[:-1] if self.head.replaces_base else spec.dense)]
         for m in frozen:

@@ -8,6 +8,8 @@ A variant is written as ``+``-joined tokens (``bf16+compile+packing``):
     cudagraphs                compile with mode reduce-overhead: CUDA graphs, one per distinct shape
     notf32                    CUDA + bf16/fp16: float32 matmuls (loss, LoRA merge) in full float32, not TF32
     nodropout                 the encoder's dropout layers removed (train config model_dropout: 0)
+    fp8                       float8 products for the frozen projections (train config fp8_products;
+                              CUDA with float8 tensor cores)
     autotune                  compile with mode max-autotune-no-cudagraphs: Inductor's own Triton GEMM
                               templates where they win, with the pointwise ops fused into them
     pad=N                     round document widths (and packed rows) up to a multiple of N (default 8):
@@ -76,6 +78,7 @@ class Variant:
     compile_mode: str = "default"  # "reduce-overhead": CUDA graphs (token `cudagraphs`)
     tf32: bool = True  # token `notf32`: the float32 matmuls in full float32
     dropout: bool = True  # token `nodropout`: model_dropout 0 (the encoder's dropout layers removed)
+    fp8: bool = False  # token `fp8`: fp8_products (float8 GEMMs for the frozen projections)
     pad_multiple: int = 8  # document and packed-row widths round up to this (token `pad=N`)
     ckpt: bool = False
     attn: str = "sdpa"
@@ -91,7 +94,7 @@ class Variant:
     def is_naive(self) -> bool:
         return (self.backend == "torch" and self.precision == "fp32" and self.attn == "eager"
                 and self.batching == "padmax" and self.sync and self.dropout
-                and not (self.compile or self.ckpt or self.packing or self.peer))
+                and not (self.compile or self.ckpt or self.packing or self.peer or self.fp8))
 
 
 MLX_HINT = "pip install 'supergrep[mlx]' (Linux + NVIDIA: pip install 'mlx[cuda13]')"
@@ -103,13 +106,13 @@ def mlx_conflict(v: Variant) -> str | None:
         return None
     bad = [t for t, on in (("compile", v.compile), ("packing", v.packing), ("peer", v.peer),
                            ("flex", v.attn == "flex"), ("varlen", v.attn == "varlen"),
-                           ("fp16", v.precision == "fp16"), ("nodropout", not v.dropout)) if on]
+                           ("fp16", v.precision == "fp16"), ("fp8", v.fp8)) if on]
     if not bad:
         return None
     why = {"compile": "MLX always mx.compiles its step", "packing": "the MLX trainer has no packed rows",
            "flex": "FlexAttention is a torch feature", "varlen": "the varlen kernels are torch/Triton",
            "peer": "the peer is a torch model", "fp16": "the MLX trainer has no fp16 loss scaling",
-           "nodropout": "the MLX trainer keeps the model's dropout"}
+           "fp8": "float8 products are a torch/CUDA path"}
     return f"'{v.name}': mlx cannot run {'+'.join(bad)} ({'; '.join(why[b] for b in bad)})"
 
 
@@ -144,6 +147,8 @@ def parse_variant(text: str) -> Variant:
             kw["tf32"] = False
         elif tok == "nodropout":
             kw["dropout"] = False
+        elif tok == "fp8":
+            kw["fp8"] = True
         elif tok == "autotune":
             kw.update(compile=True, compile_mode="max-autotune-no-cudagraphs")
         elif tok.startswith("pad="):
@@ -217,7 +222,7 @@ def variant_name(v: Variant) -> str:
     parts = ["mlx", v.precision] if v.backend == "mlx" else [v.precision]
     parts += [t for t, on in (("compile", v.compile), ("cudagraphs", v.compile_mode == "reduce-overhead"),
                               ("autotune", v.compile_mode == "max-autotune-no-cudagraphs"), ("notf32", not v.tf32), ("nodropout", not v.dropout),
-                              ("ckpt", v.ckpt), ("packing", v.packing), ("sync", v.sync), ("peer", v.peer)) if on]
+                              ("fp8", v.fp8), ("ckpt", v.ckpt), ("packing", v.packing), ("sync", v.sync), ("peer", v.peer)) if on]
     if v.pad_multiple != 8:
         parts.append(f"pad={v.pad_multiple}")
     if v.attn != "sdpa":
@@ -299,7 +304,7 @@ def train_config(wl: Workload, v: Variant, device: str, batch_size: int):
         batch_size=batch_size, lr=LR, temperature=TEMPERATURE, margin_weight=0.0, precision=precision,
         attn_implementation=v.attn, compile=v.compile, compile_mode=v.compile_mode, pad_multiple=v.pad_multiple,
         gradient_checkpointing=v.ckpt, packing=v.packing, tf32=v.tf32, model_dropout=-1.0 if v.dropout else 0.0,
-        dynamic_batch=False, device=device, seed=SEED,
+        fp8_products=v.fp8, dynamic_batch=False, device=device, seed=SEED,
     ).validate()
 
 
