@@ -56,3 +56,24 @@ def test_resume_refuses_a_different_run(tiny_model, pairs_file, tmp_path):
                         "--train-file", str(pairs_file), "--output-dir", str(out), "--batch-size", "16",
                         "--resume", "--quiet"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "batch_size (8 -> 16)" in r.stderr
+
+
+def test_a_checkpoint_from_before_model_dropout_resumes_only_with_the_old_dropout(tiny_model, pairs_file, tmp_path):
+    """Checkpoints written before ``model_dropout`` existed ran with the model's own dropout (the
+    old default, -1): resuming one under today's default (0) would change the recipe mid-run."""
+    out = tmp_path / "old"
+    assert train(out, tiny_model, pairs_file).returncode == 0
+    for cfg_file in out.glob("step_*/run_config.json"):
+        cfg = json.loads(cfg_file.read_text())
+        assert cfg.pop("model_dropout") == 0.0
+        cfg_file.write_text(json.dumps(cfg))
+    again = train(out, tiny_model, pairs_file, resume=True)
+    assert again.returncode == 2 and "model_dropout (-1.0 -> 0.0)" in again.stderr
+    args = [sys.executable, "-m", "supergrep", "train", "--model-path", str(tiny_model), "--train-file", str(pairs_file),
+            "--output-dir", str(out), "--batch-size", "8", "--max-steps", "12", "--log-every", "1",
+            "--save-every", "4", "--eval-every", "0", "--lr", "5e-3", "--warmup-steps", "2",
+            "--lora-dropout", "0.1", "--projection-dim", "16", "--document-max-tokens", "64",
+            "--query-max-tokens", "24", "--device", "cpu", "--quiet", "--resume", "--model-dropout", "-1"]
+    ok = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    assert [s for s, _ in losses(out)][-2:] == [11, 12]

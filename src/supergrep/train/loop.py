@@ -59,7 +59,10 @@ log = logging.getLogger(__name__)
 # intervals, max_steps or the device, may change).
 RESUME_KEYS = ("model_path", "projection_dim", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
                "query_max_tokens", "document_max_tokens", "train_file", "max_pairs", "batch_size",
-               "grad_accum_steps", "seed", "hard_negatives")
+               "grad_accum_steps", "seed", "hard_negatives", "model_dropout")
+# What a checkpoint written before a key existed ran with (model_dropout's default was -1, the
+# model's own dropout, until 2026-11-27): resuming such a run asks for that value explicitly.
+RESUME_MISSING = {"model_dropout": -1.0}
 
 
 VAL_EPOCH = 1_000_003  # the validation batches' fixed order: a seed no training epoch uses
@@ -287,11 +290,13 @@ def _run(cfg: TrainConfig, resume: bool | str | Path, show_progress: bool, on_ev
                 raise UsageError(f"--resume: no checkpoint in {out}; start without --resume")
             path = found[-1]
         state = ckpt.load_checkpoint(path)
-        diff = [k for k in RESUME_KEYS if state.run_config.get(k) != getattr(cfg, k)]
+        had = {k: state.run_config.get(k, RESUME_MISSING.get(k)) for k in RESUME_KEYS}
+        diff = [k for k in RESUME_KEYS if had[k] != getattr(cfg, k)]
         if diff:
             raise ConfigError(
                 "--resume: the config differs from the checkpoint's in "
-                + ", ".join(f"{k} ({state.run_config.get(k)!r} -> {getattr(cfg, k)!r})" for k in diff)
+                + ", ".join(f"{k} ({had[k]!r} -> {getattr(cfg, k)!r})" for k in diff)
+                + "; set those back to resume"
             )
     spec = training_spec(cfg)
     tokenizer = RoleTokenizer(spec)
