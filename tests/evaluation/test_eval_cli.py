@@ -100,3 +100,17 @@ def test_two_models_with_one_name_keep_their_own_rows(sample_project, tiny_model
     rows = json.loads(r.stdout)["summary"]
     assert len(rows) == 2 and all(row["n"] == 1 for row in rows)
     assert [row["model"] for row in rows] == [f"model ({first})", f"model ({second})"]
+
+
+def test_repeated_mode_flags_add_up(sample_project, tiny_model, tmp_path):
+    """`--mode semantic --mode lexical` scores both (click keeps only the last of a single-valued option)."""
+    q = tmp_path / "q.jsonl"
+    q.write_text(json.dumps({"id": "a", "corpus": "demo", "query": "retry_with_backoff", "kind": "keyword",
+                             "targets": [{"path": "app/retry.py", "symbol": "retry_with_backoff",
+                                          "start_line": 4, "end_line": 11}]}))
+    base = ["eval", "--queries", str(q), "--corpus", f"demo={sample_project}", "--model-path", str(tiny_model), "--json"]
+    r = CliRunner().invoke(cli, [*base, "--mode", "lexical", "--mode", "semantic"])
+    assert r.exit_code == 0, r.output
+    assert [row["mode"] for row in json.loads(r.stdout)["summary"]] == ["semantic", "lexical"]
+    r = CliRunner().invoke(cli, base)  # no --mode: every mode
+    assert [row["mode"] for row in json.loads(r.stdout)["summary"]] == ["semantic", "lexical", "hybrid"]

@@ -40,7 +40,8 @@ def _group_table(rows: list[dict]) -> str:
               help="Query file (JSON Lines, format of eval/public/README.md).")
 @click.option("--corpus", "corpora", multiple=True, required=True, metavar="NAME=DIR",
               help="A corpus the queries refer to (repeatable).")
-@click.option("--mode", type=click.Choice([*MODES, "all"]), default="all", show_default=True)
+@click.option("--mode", "modes_given", type=click.Choice([*MODES, "all"]), multiple=True,
+              help="Search mode(s) to score (repeatable; default: all of them).")
 @click.option("--model-path", "--model", "model_paths", multiple=True, type=click.Path(path_type=Path),
               help="Model name (minilm, minilm-l3, mpnet) or directory to evaluate (repeatable: a side-by-side table). "
                    "Default: the default model.")
@@ -51,7 +52,7 @@ def _group_table(rows: list[dict]) -> str:
 @click.option("--failures", is_flag=True, help="List the queries whose first result missed, with what came first.")
 @click.option("--auto", is_flag=True, help="Search as `search --auto` does (fusion weights from the query's style).")
 @common_options(model_path=False)
-def eval_cmd(queries_path: Path, corpora: tuple[str, ...], mode: str, model_paths: tuple[Path, ...],
+def eval_cmd(queries_path: Path, corpora: tuple[str, ...], modes_given: tuple[str, ...], model_paths: tuple[Path, ...],
              types: tuple[str, ...], as_json: bool, out: Path | None, failures: bool, auto: bool,
              opts: Options) -> None:
     """Measure P@1, MRR@10, R@10 and nDCG@10 per model and mode.
@@ -70,7 +71,8 @@ def eval_cmd(queries_path: Path, corpora: tuple[str, ...], mode: str, model_path
     cfg = opts.config(None)
     if types:
         cfg.walk.languages = list(types)
-    modes = list(MODES) if mode == "all" else [mode]
+    # repeated --mode values add up (in MODES' order); "all" or none: every mode
+    modes = list(MODES) if not modes_given or "all" in modes_given else [m for m in MODES if m in modes_given]
     from supergrep.encoder.named import default_model
 
     # no --model-path: the default model of the device that encodes (minilm-l3 on a CPU)
