@@ -262,6 +262,9 @@ def test_fp8_variant_sets_fp8_products(tiny_bert_workload):
     assert not train_config(tiny_bert_workload, parse_variant("bf16"), "cpu", 8).fp8_products
     with pytest.raises(ValueError, match="float8"):
         parse_variant("mlx+fp8")
+    d = parse_variant("bf16+varlen+packing+fp8d")
+    assert d.fp8 and "fp8d" in variant_name(d) and "+fp8+" not in variant_name(d) + "+"
+    assert train_config(tiny_bert_workload, d, "cpu", 8).fp8_scaling == "delayed"
 
 
 def test_nodropout_variant_sets_model_dropout_zero(tiny_bert_workload):

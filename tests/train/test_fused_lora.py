@@ -266,3 +266,28 @@ def test_fp8_compiles_with_dynamic_token_counts():
         assert _rel(comp[1], eager[1]) < 1e-2
         for i in range(4):
             assert _rel(comp[2][i], eager[2][i]) < 1e-2 and _rel(comp[3][i], eager[3][i]) < 1e-2
+
+
+def test_fp8_delayed_scaling_uses_the_previous_amax():
+    """fp8_scaling "delayed": the forward's input takes its scale from the last call's amax (a
+    buffer), so the cast needs no reduction first; this call's amax is stored for the next."""
+    from supergrep.backends.torch_train import set_fp8_products
+
+    model = nn.Sequential(*_mods((32, 32, 32), 32, seed=81))
+    assert set_fp8_products(model, True, "delayed") == 3
+    mods = list(model)
+    assert float(mods[0].fp8_amax) == 0 and "fp8_amax" not in model.state_dict().__str__()
+    x = 50 * _x("btd", 32, 82)  # beyond e4m3's 448 nowhere, well beyond 1 everywhere
+    g = torch.randn(2, 7, 96, generator=torch.Generator().manual_seed(83))
+    ref = _run(_reference, x, mods, g)
+    _run(fused_lora_linear, x, mods, g)  # the first call: no amax yet (scale 1), stores x's amax
+    assert float(mods[0].fp8_amax) == float(x.abs().amax())
+    got = _run(fused_lora_linear, x, mods, g)
+    assert _rel(got[0], ref[0]) < 0.06 and _rel(got[1], ref[1]) < 0.06
+    for i in range(3):
+        assert _rel(got[2][i], ref[2][i]) < 0.06 and _rel(got[3][i], ref[3][i]) < 0.06
+    compiled = torch.compile(lambda x, ms: fused_lora_linear(x, ms), dynamic=True)
+    comp = _run(compiled, x, mods, g)
+    assert _rel(comp[0], got[0]) < 1e-2 and float(mods[0].fp8_amax) == float(x.abs().amax())
+    set_fp8_products(model, False)
+    assert not hasattr(mods[0], "fp8_amax")

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from supergrep.backends.torch_fp8 import quantize_rows
+from supergrep.backends.torch_fp8 import FP8, FP8_MAX, quantize_rows
 from supergrep.backends.torch_lora import LoRALinear
 
 
@@ -89,6 +89,20 @@ def _fp8_mm(xq, xs, wq, ws, dtype, n, bias=None):
     h = torch._scaled_mm(xq, wq.t(), scale_a=xs, scale_b=ws, bias=bias, out_dtype=dtype,
                          use_fast_accum=xq.device.type == "cuda")
     return h if h.shape[1] == n else h[:, :n]
+
+
+def quantize_delayed(x: torch.Tensor, amax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` in float8 with one scale from ``amax`` (a 1-element float32 buffer holding the
+    previous call's amax; 0 before the first: scale 1), which then takes this call's amax.
+    Delayed scaling (Transformer Engine's recipe): the cast does not wait for a reduction over
+    x, so the compiled producer of x can write its float8 form in the same pass that feeds
+    the amax. Values beyond the previous amax clip to it. Returns the (rows, 1) scale column the
+    row-scaled product takes."""
+    x32 = x.float()
+    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))  # (1,)
+    q = (x32 / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+    amax.copy_(x32.abs().amax().reshape(1))
+    return q, scale.reshape(1, 1).expand(x.shape[0], 1).contiguous()
 
 
 def _fp8_operands(w, a, b, bias, outs, scale, dtype):
@@ -222,7 +236,8 @@ def fused_lora_linear(x: torch.Tensor, mods: Sequence[LoRALinear]) -> torch.Tens
         with torch.autocast(dev, enabled=False):
             with torch.no_grad():
                 ops = _fp8_operands(w, a.detach(), b.detach(), bias, outs, m0.scale, dtype)
-                xq, xs = quantize_rows(x2.detach())
+                amax = getattr(m0, "fp8_amax", None)  # delayed scaling (set_fp8_products)
+                xq, xs = quantize_rows(x2.detach()) if amax is None else quantize_delayed(x2.detach(), amax)
             if torch.is_grad_enabled() and (x2.requires_grad or a.requires_grad or b.requires_grad):
                 y = _FusedLoRAFp8.apply(x2, a, b, xq, xs, *ops, w.shape[0], outs, m0.scale)
             else:
