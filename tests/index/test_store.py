@@ -234,3 +234,31 @@ def test_rejects_empty_chunk_and_wrong_dim(store):
     with pytest.raises(ValueError):
         s.add(conn, [1], [np.zeros((2, DIM + 1), np.float32)])
     conn.execute("ROLLBACK")
+
+
+def test_segment_headers_are_parsed_one_thread_at_a_time(tmp_path, monkeypatch):
+    """np.load parses .npy headers with ast, which CPython 3.11 cannot run in two threads at once
+    ("AST constructor recursion depth mismatch"): every segment load holds the store's lock."""
+    import threading
+
+    from supergrep.index import store as store_mod
+
+    s = SegmentStore(tmp_path, DIM, block_tokens=64)
+    conn = connect(tmp_path)
+    rng = np.random.default_rng(3)
+    for part in ([1, 2], [3, 4]):  # two segments, loaded by two threads below
+        add(s, conn, part, [unit(rng, 5) for _ in part])
+    real, held = np.load, []
+
+    def spy(*a, **kw):
+        held.append(store_mod._NPY_LOCK.locked())
+        return real(*a, **kw)
+
+    monkeypatch.setattr(store_mod.np, "load", spy)
+    fresh = [SegmentStore(tmp_path, DIM, block_tokens=64) for _ in range(2)]
+    threads = [threading.Thread(target=lambda st=st: st.get(connect(tmp_path), [1, 3])) for st in fresh]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(held) >= 4 and all(held)

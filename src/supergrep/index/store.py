@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import sqlite3
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -132,6 +133,19 @@ class _Segment:
         return block
 
 
+# np.load parses each .npy header with ast.literal_eval, and CPython 3.11's AST constructor is not
+# safe to run in two threads at once: a reader thread loading a segment while the indexer loads
+# another raised "SystemError: AST constructor recursion depth mismatch" (seen in
+# tests/index/test_indexer.py under load; python/cpython#106905). Headers are read once per
+# segment, so one lock costs nothing measurable.
+_NPY_LOCK = threading.Lock()
+
+
+def _load_npy(path: Path, mmap: bool) -> np.ndarray:
+    with _NPY_LOCK:
+        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+
+
 _SEG_RE = re.compile(r"^seg-(\d{8})(\.layout|\.scale)?\.npy$")
 _CSEG_RE = re.compile(r"^cseg-(\d{8})\.sgc$")  # compressed segments (compressed.py)
 _CODEC_RE = re.compile(r"^codec-(\d{8})\.sgc$")
@@ -205,10 +219,10 @@ class SegmentStore(VectorStore):
         vec_path, layout_path = self._paths(seg)
         scales = None
         try:
-            vectors = np.load(vec_path, mmap_mode="r", allow_pickle=False)
-            layout = np.load(layout_path, allow_pickle=False)
+            vectors = _load_npy(vec_path, mmap=True)
+            layout = _load_npy(layout_path, mmap=False)
             if self.vector_dtype == "int8":
-                scales = np.load(self._scale_path(seg), mmap_mode="r", allow_pickle=False)
+                scales = _load_npy(self._scale_path(seg), mmap=True)
         except FileNotFoundError:
             raise
         except (ValueError, OSError) as exc:
