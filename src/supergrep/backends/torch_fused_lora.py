@@ -133,6 +133,23 @@ def _forward(x, w, a, b, bias, outs, scale, dtype):
     return h[:, :n_out], h[:, n_out:].contiguous(), w_eff, bd.to(dtype)
 
 
+def _lora_grads(g, x, u, v, outs, scale, need_a, need_b):
+    """The thin weight-gradient GEMMs of A (from v = g blockdiag(B) and x) and of B (from g and
+    u = x A^T), in the compute dtype, returned in float32 like the masters."""
+    ga = gb = None
+    if need_a:
+        ga = ((v.t() * scale) @ x).float()
+    if need_b:  # per module: g_i^T u_i, never the full block-diagonal gradient
+        us = u * scale
+        r = u.shape[1] // len(outs)
+        parts, o = [], 0
+        for i, n in enumerate(outs):
+            parts.append(g[:, o:o + n].t() @ us[:, i * r:(i + 1) * r])
+            o += n
+        gb = _cat(parts).float()
+    return ga, gb
+
+
 class _FusedLoRA(torch.autograd.Function):
     """y = x [W + s B A; A]^T, split: y and u = x A^T. W and bias are frozen."""
 
@@ -148,7 +165,7 @@ class _FusedLoRA(torch.autograd.Function):
         x, u, w_eff, a, bd = ctx.saved_tensors
         outs, scale = ctx.outs, ctx.scale
         need_x, _, need_a, need_b = ctx.needs_input_grad[:4]
-        gx = ga = gb = None
+        gx = v = None
         # the compute dtype was fixed in forward; a surrounding autocast must not change it
         with torch.autocast(ctx.device_type, enabled=False):
             g = g.to(x.dtype)
@@ -158,16 +175,7 @@ class _FusedLoRA(torch.autograd.Function):
                 gx, v = h[:, :n_in], h[:, n_in:]
             elif need_a:
                 v = g @ bd
-            if need_a:
-                ga = ((v.t() * scale) @ x).float()
-            if need_b:  # per module: g_i^T u_i, never the full block-diagonal gradient
-                us = u * scale
-                r = u.shape[1] // len(outs)
-                parts, o = [], 0
-                for i, n in enumerate(outs):
-                    parts.append(g[:, o:o + n].t() @ us[:, i * r:(i + 1) * r])
-                    o += n
-                gb = _cat(parts).float()
+            ga, gb = _lora_grads(g, x, u, v, outs, scale, need_a, need_b)
         return gx, None, ga, gb, None, None, None, None
 
 
@@ -189,7 +197,7 @@ class _FusedLoRAFp8(torch.autograd.Function):
         x, u, gq, gs, bd = ctx.saved_tensors
         outs, scale = ctx.outs, ctx.scale
         need_x, need_a, need_b = ctx.needs_input_grad[:3]
-        gx = ga = gb = None
+        gx = v = None
         with torch.autocast(ctx.device_type, enabled=False):
             g = g.to(x.dtype).contiguous()
             if need_x:  # one float8 GEMM for both g (W + s B A) and v = g blockdiag(B)
@@ -199,16 +207,7 @@ class _FusedLoRAFp8(torch.autograd.Function):
                 gx, v = h[:, :n_in], h[:, n_in:]
             elif need_a:
                 v = g @ bd
-            if need_a:
-                ga = ((v.t() * scale) @ x).float()
-            if need_b:
-                us = u * scale
-                r = u.shape[1] // len(outs)
-                parts, o = [], 0
-                for i, n in enumerate(outs):
-                    parts.append(g[:, o:o + n].t() @ us[:, i * r:(i + 1) * r])
-                    o += n
-                gb = _cat(parts).float()
+            ga, gb = _lora_grads(g, x, u, v, outs, scale, need_a, need_b)
         return (gx, ga, gb) + (None,) * 11
 
 
