@@ -107,10 +107,12 @@ class Fp8Linear(nn.Module):
 
 
 def _mm(xq: torch.Tensor, xs: torch.Tensor, wq: torch.Tensor, ws: torch.Tensor, dtype: torch.dtype,
-        fast_accum: bool = False) -> torch.Tensor:
+        fast_accum: bool = False, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x W^T`` from x quantised per row (scales (rows, 1)) and W row-major (scales (1, out));
+    ``bias`` (out,) in ``dtype`` rides in the product's epilogue."""
     # any row count: float8 products need multiples of 16 only in the inner and output sizes (no
     # padding here, whose size-dependent branch would recompile the compiled forward per remainder)
-    return torch._scaled_mm(xq, wq.t(), scale_a=xs, scale_b=ws, out_dtype=dtype, use_fast_accum=fast_accum)
+    return torch._scaled_mm(xq, wq.t(), scale_a=xs, scale_b=ws, bias=bias, out_dtype=dtype, use_fast_accum=fast_accum)
 
 
 def fp8_linear(x: torch.Tensor, mods: list[Fp8Linear]) -> torch.Tensor:

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from supergrep.backends.torch_fp8 import FP8, FP8_MAX, quantize_rows
+from supergrep.backends.torch_fp8 import FP8, FP8_MAX, _mm, quantize_rows
 from supergrep.backends.torch_lora import LoRALinear
 
 
@@ -85,9 +85,9 @@ def _quantized_rows16(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _fp8_mm(xq, xs, wq, ws, dtype, n, bias=None):
-    """``x W^T`` (its first ``n`` columns) from x quantised per row and W as ``_quantized_rows16``."""
-    h = torch._scaled_mm(xq, wq.t(), scale_a=xs, scale_b=ws, bias=bias, out_dtype=dtype,
-                         use_fast_accum=xq.device.type == "cuda")
+    """``torch_fp8._mm`` (its first ``n`` columns: W as ``_quantized_rows16`` may carry padding
+    rows), with the tensor cores' fast accumulation on CUDA."""
+    h = _mm(xq, xs, wq, ws, dtype, xq.device.type == "cuda", bias)
     return h if h.shape[1] == n else h[:, :n]
 
 
@@ -105,14 +105,17 @@ def quantize_delayed(x: torch.Tensor, amax: torch.Tensor) -> tuple[torch.Tensor,
     return q, scale.reshape(1, 1).expand(x.shape[0], 1).contiguous()
 
 
-def _fp8_operands(w, a, b, bias, outs, scale, dtype):
+def _fp8_operands(w, a, b, bias, outs, scale, dtype, backward: bool = True):
     """The float8 forms of a step's merged weight (no gradient flows through them): [W + s B A; A]
-    row-quantised for the forward, [W + s B A, blockdiag(B)]^T for the input gradient; the
-    block-diagonal B in ``dtype``; the bias padded to the forward's output columns."""
+    row-quantised for the forward, [W + s B A, blockdiag(B)]^T for the input gradient (None
+    unless ``backward``: a no-grad forward skips that weight-sized pass); the block-diagonal B
+    in ``dtype``; the bias padded to the forward's output columns."""
     bd = b if len(outs) == 1 else torch.block_diag(*b.split(outs))  # (sum_out, k*r), small
     w_eff = w + scale * (bd @ a)  # float32, weight-sized
     fq, fs = _quantized_rows16(torch.cat([w_eff, a]))
-    gq, gs = _quantized_rows16(torch.cat([w_eff, bd], dim=1).t())  # (in + k*r, sum_out)
+    gq = gs = None
+    if backward:
+        gq, gs = _quantized_rows16(torch.cat([w_eff, bd], dim=1).t())  # (in + k*r, sum_out)
     if bias is not None:
         bias = torch.cat([bias, bias.new_zeros(fq.shape[0] - bias.shape[0])]).to(dtype)
     return fq, fs, gq, gs, bd.to(dtype), bias
@@ -232,12 +235,13 @@ def fused_lora_linear(x: torch.Tensor, mods: Sequence[LoRALinear]) -> torch.Tens
     bias = None if m0.base.bias is None else _cat([m.base.bias.float() for m in mods])
     outs = tuple(m.out_features for m in mods)
     if m0.fp8 and fp8_shapes_ok(m0.in_features, outs):
+        grad = torch.is_grad_enabled() and (x2.requires_grad or a.requires_grad or b.requires_grad)
         with torch.autocast(dev, enabled=False):
             with torch.no_grad():
-                ops = _fp8_operands(w, a.detach(), b.detach(), bias, outs, m0.scale, dtype)
+                ops = _fp8_operands(w, a.detach(), b.detach(), bias, outs, m0.scale, dtype, backward=grad)
                 amax = getattr(m0, "fp8_amax", None)  # delayed scaling (set_fp8_products)
                 xq, xs = quantize_rows(x2.detach()) if amax is None else quantize_delayed(x2.detach(), amax)
-            if torch.is_grad_enabled() and (x2.requires_grad or a.requires_grad or b.requires_grad):
+            if grad:
                 y = _FusedLoRAFp8.apply(x2, a, b, xq, xs, *ops, w.shape[0], outs, m0.scale)
             else:
                 y = _fp8_mm(xq, xs, ops[0], ops[1], dtype, w.shape[0] + a.shape[0], ops[5])[:, :w.shape[0]]
