@@ -11,6 +11,7 @@
 # AB (a trainer switch compared in one process, e.g. AB=stage_copies), ROUNDS, CURVE (warm-up timed in blocks);
 # etrace: ETM (encode_trace.py's modes, e.g. varlen+compile,varlen+compile+fp8), ESTREAM (--stream K:
 # K calls in one encode_ids, profiled for the GPU's idle gaps between calls).
+# quant: the float8 row quantiser kernel alone (benchmarks/fp8_quant_check.py; QCAP seconds).
 # fp8gemm: the float8 products alone (benchmarks/fp8_gemm.py); attnfwd: the attention forward alone
 # at encoding's shape over a grid of tiles (varlen_attention.py --fwd-only); index: a whole
 # `index` of torch/_inductor with MiniLM, stage by stage (index_stages.py), alternating the tree's
@@ -56,6 +57,8 @@ for part in $parts; do
       echo "etrace $w rc=$?"; grep -v "Warning\|warn(" "$OUT/encode-trace-$w.txt" | grep -A12 '"ms"'
       grep -A60 '^stream:' "$OUT/encode-trace-$w.txt" | grep -v '^ *[][{}],\?$' | head -70
     done ;;
+  quant)  # the float8 row quantiser kernel: bytes vs quantize_rows, and the gated GELU backward both ways
+    timeout "${QCAP:-120}" python3 benchmarks/fp8_quant_check.py --out "$OUT/fp8-quant.json" 2>&1 | grep -v Warning | tee "$OUT/fp8-quant.txt" | tail -8 ;;
   fp8gemm)
     timeout "${CAP_S:-120}" python3 benchmarks/fp8_gemm.py --out "$OUT/fp8-gemm.json" 2>&1 | grep -v Warning | tee "$OUT/fp8-gemm.txt" ;;
   attnfwd)

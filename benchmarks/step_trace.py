@@ -14,9 +14,11 @@ Writes ``<out>/<variant>.md`` (the tables) and ``<out>/<variant>.json`` (the fig
 (over 0.1 ms) with the host ops that were running when each began, and the host ``aten::copy_``
 calls by input shape.
 
-``--ab ATTR`` compares a trainer switch in one process after the warm-up: timed segments of
-``--steps`` steps alternate ``ATTR = True`` / ``False`` (both orders, ``--rounds`` pairs), then each
-state is profiled. Example (a boolean attribute of the trainer; ``stage_copies`` was one, measured and removed):
+``--ab ATTR`` compares a trainer switch in one process after the warm-up: one untimed segment in
+each state (so a switch that changes the compiled code compiles outside the timing), then timed
+segments of ``--steps`` steps alternate ``ATTR = True`` / ``False`` (both orders, ``--rounds``
+pairs), then each state is profiled. ``--ab fp8_kernel`` switches the float8 row quantisations
+between the Triton kernel and Inductor's fused form (train config ``fp8_quantize``). Example (a boolean attribute of the trainer; ``stage_copies`` was one, measured and removed):
 
     python benchmarks/step_trace.py --model-path .gpu/minilm-fp16 \
         --variants bs=192+bf16+compile+varlen+packing --warmup 60 --steps 20 --ab stage_copies --out $OUT/ab
@@ -222,6 +224,20 @@ def save(out: Path, safe: str, res: dict, lines: list[str]) -> None:
     (out / f"{safe}.md").write_text("\n".join(lines) + "\n")
 
 
+def set_state(tr, attr: str, state: bool) -> None:
+    """``--ab``: a boolean trainer attribute, or ``fp8_kernel`` (every LoRA projection's
+    ``fp8_quantize``: "kernel" when True, "compiled" when False; torch.compile recompiles once per
+    state, in the untimed segments before the timed ones)."""
+    if attr == "fp8_kernel":
+        from supergrep.backends.torch_lora import LoRALinear
+
+        for m in tr.model.modules():
+            if isinstance(m, LoRALinear):
+                m.fp8_quantize = "kernel" if state else "compiled"
+    else:
+        setattr(tr, attr, state)
+
+
 def timed_ms(tr, batches, sync) -> float:
     t0 = time.perf_counter()
     for b in batches:
@@ -293,9 +309,12 @@ def main() -> None:
         if args.ab:  # same process, same compiled graphs, same batches per segment, both orders
             ms: dict[bool, list[float]] = {True: [], False: []}
             seg = rest[args.steps : 2 * args.steps] or timed
+            for state in (True, False):  # untimed: a switch that changes the traced code compiles here
+                set_state(tr, args.ab, state)
+                timed_ms(tr, seg, sync)
             for r in range(args.rounds):
                 for state in ([True, False] if r % 2 == 0 else [False, True]):
-                    setattr(tr, args.ab, state)
+                    set_state(tr, args.ab, state)
                     ms[state].append(timed_ms(tr, seg, sync))
                     print(f"  {args.ab}={state}: {ms[state][-1]:.2f} ms/step", flush=True)
             res["ab"] = {"attr": args.ab, "ms_per_step": {str(k): v for k, v in ms.items()},
@@ -312,7 +331,7 @@ def main() -> None:
         for state in states:
             label = v.name if state is None else f"{v.name} ({args.ab}={state})"
             if state is not None:
-                setattr(tr, args.ab, state)
+                set_state(tr, args.ab, state)
             pres, plines, prof = profile_steps(tr, timed, bs, cuda, args.top, label)
             res["profile" if state is None else f"profile_{args.ab}_{state}"] = pres
             lines += ([] if state is None else [f"## Profile, {args.ab}={state}", ""]) + plines + [""]

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch import nn
@@ -291,3 +297,64 @@ def test_fp8_delayed_scaling_uses_the_previous_amax():
     assert _rel(comp[0], got[0]) < 1e-2 and float(mods[0].fp8_amax) == float(x.abs().amax())
     set_fp8_products(model, False)
     assert not hasattr(mods[0], "fp8_amax")
+
+
+QUANT_CHECK = r"""
+import json, torch
+from supergrep.backends import triton_fp8_quant as k
+from supergrep.backends.torch_fp8 import quantize_rows, quantize_rows_op
+out = {}
+for cols in (100, 768, 2304, 4096):
+    x = (torch.randn(9, cols, generator=torch.Generator().manual_seed(cols)) * 3).to(torch.bfloat16)
+    x[1] = 0  # a row of zeros: scale 1
+    x[2, 5] = 1e4  # one large value: the rest of its row goes small
+    wide = torch.cat([x, x[:, :16]], dim=1)[:, :cols]  # a strided view, as a wider GEMM output's slice
+    ref_q, ref_s = quantize_rows(x)
+    for name, inp in (("plain", x), ("view", wide)):
+        q32, s = k.quantize_rows(inp, out_fp32=True)
+        q, s8 = quantize_rows_op(inp)
+        out[f"{cols}-{name}"] = [torch.equal(s, ref_s), torch.equal(s8, ref_s),
+                                 torch.equal(q32, (x.float() / ref_s).clamp(-448, 448)),
+                                 q.dtype == torch.float8_e4m3fn and q.is_contiguous() and list(q.shape) == [9, cols]]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton (its CPU interpreter runs the kernel)")
+def test_the_row_quantisation_kernel_matches_quantize_rows_in_the_interpreter():
+    """The Triton row quantiser (fp8_quantize: kernel) computes quantize_rows' scales and scaled
+    values bit for bit, strided views included. The float8 cast itself is the GPU's (Triton's
+    interpreter rounds it differently): benchmarks/fp8_lora_check.py compares the bytes there."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    res = subprocess.run([sys.executable, "-c", QUANT_CHECK], env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert len(out) == 8
+    for key, checks in out.items():
+        assert all(checks), (key, checks)
+
+
+def test_fp8_kernel_quantisation_compiles_and_matches_the_fused_form():
+    """fp8_quantize "kernel": the quantisations as an opaque op (here its CPU form) inside a
+    compiled forward and backward give the compiled-in quantisation's results."""
+    from supergrep.backends.torch_train import set_fp8_products
+
+    torch._dynamo.reset()
+    model = nn.Sequential(*_mods((32, 32, 32), 32, seed=91))
+    mods = list(model)
+    x = _x("btd", 32, 92)
+    g = torch.randn(2, 7, 96, generator=torch.Generator().manual_seed(93))
+    set_fp8_products(model, True)
+    fused = _run(fused_lora_linear, x, mods, g)
+    assert set_fp8_products(model, True, "row", "kernel") == 3 and all(m.fp8_quantize == "kernel" for m in mods)
+    compiled = torch.compile(lambda x, ms: fused_lora_linear(x, ms), dynamic=True)
+    _run(compiled, x, mods, g)  # compiles forward and backward
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        got = _run(compiled, x, mods, g)
+    # the op ran in the compiled graphs: x's quantisation in forward, the gradient's in backward
+    assert sum(e.name == "supergrep::fp8_quantize_rows" for e in prof.events()) == 2
+    assert _rel(got[0], fused[0]) < 1e-3 and _rel(got[1], fused[1]) < 1e-3
+    for i in range(3):
+        assert _rel(got[2][i], fused[2][i]) < 1e-3 and _rel(got[3][i], fused[3][i]) < 1e-3
+    with pytest.raises(ValueError, match="compiled or kernel"):
+        set_fp8_products(model, True, "row", "triton")

@@ -75,6 +75,37 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (x / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
 
 
+def _triton_quant() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@torch.library.custom_op("supergrep::fp8_quantize_rows", mutates_args=())
+def _quantize_rows_op(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if (x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1") and _triton_quant():
+        from supergrep.backends import triton_fp8_quant
+
+        return triton_fp8_quant.quantize_rows(x)
+    q, s = quantize_rows(x)
+    return q.contiguous(), s
+
+
+@_quantize_rows_op.register_fake
+def _(x):
+    return x.new_empty(x.shape, dtype=FP8), x.new_empty((x.shape[0], 1), dtype=torch.float32)
+
+
+def quantize_rows_op(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``quantize_rows`` of a 2-D ``x`` as one opaque op (Triton's kernel on CUDA): a compiled
+    graph materialises x and quantises it in one read, instead of fusing the quantisation into
+    x's producer, which for wide rows recomputes the producer once for the amax and once for the
+    cast (``triton_fp8_quant.py``). No autograd: for detached inputs and gradients."""
+    return _quantize_rows_op(x)
+
+
 def quantize_tensor(x: torch.Tensor, amax: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(x / s) in float8 and one float32 scale s = amax / 448 (0-d) for the whole tensor (or for
     the given ``amax``, e.g. a weight group's)."""

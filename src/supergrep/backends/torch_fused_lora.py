@@ -24,6 +24,11 @@ the adapter's gradients see float8 error only through ``u = x A^T`` and ``v = g 
 The quantisations of the weights and of ``x`` happen outside the autograd function (they need
 no gradient): torch.compile (2.11-2.13) cannot trace a reduction over a dynamic-size input
 inside one ("lift_tracked_freevar_to_input should not be called on root SubgraphTracer").
+With ``fp8_quantize: kernel`` the row quantisations of x and of the gradient go through one
+opaque op (``torch_fp8.quantize_rows_op``, a Triton kernel on CUDA): Inductor then writes the
+producer's bf16 output once and the kernel reads it once, instead of fusing the quantisation
+into the producer, which for wide rows (the gated GELU's backward, 4,096 wide) computes the
+producer twice (``triton_fp8_quant.py``).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from supergrep.backends.torch_fp8 import FP8, FP8_MAX, _mm, quantize_rows
+from supergrep.backends.torch_fp8 import FP8, FP8_MAX, _mm, quantize_rows, quantize_rows_op
 from supergrep.backends.torch_lora import LoRALinear
 
 
@@ -188,11 +193,11 @@ class _FusedLoRAFp8(torch.autograd.Function):
     gradients only."""
 
     @staticmethod
-    def forward(ctx, x, a, b, xq, xs, fq, fs, gq, gs, bd, bias, n_out, outs, scale):
+    def forward(ctx, x, a, b, xq, xs, fq, fs, gq, gs, bd, bias, n_out, outs, scale, kernel):
         h = _fp8_mm(xq, xs, fq, fs, x.dtype, n_out + a.shape[0], bias)
         u = h[:, n_out:].contiguous()
         ctx.save_for_backward(x, u, gq, gs, bd)
-        ctx.outs, ctx.scale, ctx.device_type = outs, scale, x.device.type
+        ctx.outs, ctx.scale, ctx.device_type, ctx.kernel = outs, scale, x.device.type, kernel
         return h[:, :n_out]
 
     @staticmethod
@@ -205,13 +210,13 @@ class _FusedLoRAFp8(torch.autograd.Function):
             g = g.to(x.dtype).contiguous()
             if need_x:  # one float8 GEMM for both g (W + s B A) and v = g blockdiag(B)
                 n_in = x.shape[1]
-                g8, g8s = quantize_rows(g)
+                g8, g8s = (quantize_rows_op if ctx.kernel else quantize_rows)(g)
                 h = _fp8_mm(g8, g8s, gq, gs, x.dtype, n_in + bd.shape[1])
                 gx, v = h[:, :n_in], h[:, n_in:]
             elif need_a:
                 v = g @ bd
             ga, gb = _lora_grads(g, x, u, v, outs, scale, need_a, need_b)
-        return (gx, ga, gb) + (None,) * 11
+        return (gx, ga, gb) + (None,) * 12
 
 
 def fused_lora_linear(x: torch.Tensor, mods: Sequence[LoRALinear]) -> torch.Tensor:
@@ -240,9 +245,13 @@ def fused_lora_linear(x: torch.Tensor, mods: Sequence[LoRALinear]) -> torch.Tens
             with torch.no_grad():
                 ops = _fp8_operands(w, a.detach(), b.detach(), bias, outs, m0.scale, dtype, backward=grad)
                 amax = getattr(m0, "fp8_amax", None)  # delayed scaling (set_fp8_products)
-                xq, xs = quantize_rows(x2.detach()) if amax is None else quantize_delayed(x2.detach(), amax)
+                kernel = getattr(m0, "fp8_quantize", "compiled") == "kernel"
+                if amax is not None:
+                    xq, xs = quantize_delayed(x2.detach(), amax)
+                else:
+                    xq, xs = (quantize_rows_op if kernel else quantize_rows)(x2.detach())
             if grad:
-                y = _FusedLoRAFp8.apply(x2, a, b, xq, xs, *ops, w.shape[0], outs, m0.scale)
+                y = _FusedLoRAFp8.apply(x2, a, b, xq, xs, *ops, w.shape[0], outs, m0.scale, kernel)
             else:
                 y = _fp8_mm(xq, xs, ops[0], ops[1], dtype, w.shape[0] + a.shape[0], ops[5])[:, :w.shape[0]]
         return y.reshape(*x.shape[:-1], y.shape[-1])

@@ -93,19 +93,24 @@ class NoDropout(nn.Identity):
     p = 0.0
 
 
-def set_fp8_products(model: nn.Module, on: bool, scaling: str = "row") -> int:
+def set_fp8_products(model: nn.Module, on: bool, scaling: str = "row", quantize: str = "compiled") -> int:
     """Run every LoRA projection of ``model`` with float8 products (``torch_fused_lora.py``);
     returns how many were switched. Projections whose sizes float8 cannot take stay in bf16.
     ``scaling``: the forward's input quantised per row ("row") or with the previous step's
-    amax ("delayed": a non-persistent 1-element buffer per projection, ``quantize_delayed``)."""
+    amax ("delayed": a non-persistent 1-element buffer per projection, ``quantize_delayed``).
+    ``quantize``: the row quantisations fused by the compiler into their producers ("compiled")
+    or run as one opaque op each ("kernel": ``torch_fp8.quantize_rows_op``)."""
     from supergrep.backends.torch_lora import LoRALinear
 
     if scaling not in ("row", "delayed"):
         raise ValueError(f"fp8 scaling must be row or delayed, not {scaling!r}")
+    if quantize not in ("compiled", "kernel"):
+        raise ValueError(f"fp8 quantize must be compiled or kernel, not {quantize!r}")
     n = 0
     for m in model.modules():
         if isinstance(m, LoRALinear):
             m.fp8 = on
+            m.fp8_quantize = quantize
             if on and scaling == "delayed":
                 m.register_buffer("fp8_amax", torch.zeros(1, device=m.base.weight.device), persistent=False)
             elif hasattr(m, "fp8_amax"):
@@ -170,7 +175,7 @@ class TorchTrainer:
             if not fp8_supported(self.device):
                 raise UsageError(f"fp8_products needs a CUDA GPU with float8 tensor cores (Ada, Hopper); "
                                  f"the device here is {self.device}: leave fp8_products off")
-            log.info("float8 products for %d LoRA projections", set_fp8_products(model, True, cfg.fp8_scaling))
+            log.info("float8 products for %d LoRA projections", set_fp8_products(model, True, cfg.fp8_scaling, cfg.fp8_quantize))
         self.head = self._make_head(spec, cfg)
         frozen = [build_dense(d) for d in (spec.dense[:-1] if self.head.replaces_base else spec.dense)]
         for m in frozen:

@@ -11,6 +11,7 @@ A variant is written as ``+``-joined tokens (``bf16+compile+packing``):
     fp8                       float8 products for the frozen projections (train config fp8_products;
                               CUDA with float8 tensor cores)
     fp8d                      the same with delayed scaling of the forward's inputs (fp8_scaling: delayed)
+    fp8k                      fp8 with the row quantisations as one Triton kernel each (fp8_quantize: kernel)
     autotune                  compile with mode max-autotune-no-cudagraphs: Inductor's own Triton GEMM
                               templates where they win, with the pointwise ops fused into them
     pad=N                     round document widths (and packed rows) up to a multiple of N (default 8):
@@ -81,6 +82,7 @@ class Variant:
     dropout: bool = True  # token `nodropout`: model_dropout 0 (the encoder's dropout layers removed)
     fp8: bool = False  # token `fp8`: fp8_products (float8 GEMMs for the frozen projections)
     fp8_scaling: str = "row"  # token `fp8d`: "delayed"
+    fp8_quantize: str = "compiled"  # token `fp8k`: "kernel"
     pad_multiple: int = 8  # document and packed-row widths round up to this (token `pad=N`)
     ckpt: bool = False
     attn: str = "sdpa"
@@ -153,6 +155,8 @@ def parse_variant(text: str) -> Variant:
             kw["fp8"] = True
         elif tok == "fp8d":
             kw.update(fp8=True, fp8_scaling="delayed")
+        elif tok == "fp8k":
+            kw.update(fp8=True, fp8_quantize="kernel")
         elif tok == "autotune":
             kw.update(compile=True, compile_mode="max-autotune-no-cudagraphs")
         elif tok.startswith("pad="):
@@ -226,8 +230,8 @@ def variant_name(v: Variant) -> str:
     parts = ["mlx", v.precision] if v.backend == "mlx" else [v.precision]
     parts += [t for t, on in (("compile", v.compile), ("cudagraphs", v.compile_mode == "reduce-overhead"),
                               ("autotune", v.compile_mode == "max-autotune-no-cudagraphs"), ("notf32", not v.tf32), ("nodropout", not v.dropout),
-                              ("fp8", v.fp8 and v.fp8_scaling == "row"),
-                              ("fp8d", v.fp8 and v.fp8_scaling == "delayed"), ("ckpt", v.ckpt), ("packing", v.packing), ("sync", v.sync), ("peer", v.peer)) if on]
+                              ("fp8", v.fp8 and v.fp8_scaling == "row" and v.fp8_quantize == "compiled"),
+                              ("fp8d", v.fp8 and v.fp8_scaling == "delayed"), ("fp8k", v.fp8 and v.fp8_quantize == "kernel"), ("ckpt", v.ckpt), ("packing", v.packing), ("sync", v.sync), ("peer", v.peer)) if on]
     if v.pad_multiple != 8:
         parts.append(f"pad={v.pad_multiple}")
     if v.attn != "sdpa":
@@ -309,7 +313,7 @@ def train_config(wl: Workload, v: Variant, device: str, batch_size: int):
         batch_size=batch_size, lr=LR, temperature=TEMPERATURE, margin_weight=0.0, precision=precision,
         attn_implementation=v.attn, compile=v.compile, compile_mode=v.compile_mode, pad_multiple=v.pad_multiple,
         gradient_checkpointing=v.ckpt, packing=v.packing, tf32=v.tf32, model_dropout=-1.0 if v.dropout else 0.0,
-        fp8_products=v.fp8, fp8_scaling=v.fp8_scaling, dynamic_batch=False, device=device, seed=SEED,
+        fp8_products=v.fp8, fp8_scaling=v.fp8_scaling, fp8_quantize=v.fp8_quantize, dynamic_batch=False, device=device, seed=SEED,
     ).validate()
 
 

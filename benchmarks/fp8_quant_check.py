@@ -1,0 +1,99 @@
+"""The row quantiser kernel (train config ``fp8_quantize: kernel``) on the GPU: its float8 bytes
+and scales against ``quantize_rows``, and the time of the training step's widest case, the gated
+GELU's backward feeding the wi projections' input-gradient product, compiled both ways:
+
+- ``compiled``: ``quantize_rows`` fused by Inductor into the GELU backward (a looped reduction
+  over 4,096-wide rows that computes the gradient for the amax, then again for the cast);
+- ``kernel``: Inductor writes the bf16 gradient (LoRA's weight gradients read it anyway), then
+  ``quantize_rows_op`` reads it once.
+
+    PYTHONPATH=src python3 benchmarks/fp8_quant_check.py [--tokens 36864] [--out FILE.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+from supergrep.backends.torch_fp8 import quantize_rows, quantize_rows_op
+
+
+def gelu_new(x):
+    return 0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x.pow(3))))
+
+
+def gated_backward(h, dh, n):
+    """d(wi_0 out), d(wi_1 out) of ``gelu(a) * b`` from the wi output ``h`` = [a, b, ...] (a view of
+    the fused GEMM's output, as in the step) and the gradient ``dh`` of the product."""
+    a, b, d = h[:, :n].float(), h[:, n:2 * n].float(), dh.float()
+    k = 0.7978845608028654
+    t = torch.tanh(k * (a + 0.044715 * a.pow(3)))
+    dgelu = 0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * k * (1.0 + 3 * 0.044715 * a * a)
+    return torch.cat([d * b * dgelu, d * gelu_new(a)], dim=1).to(torch.bfloat16)
+
+
+def step_compiled(h, dh, n):
+    g = gated_backward(h, dh, n)
+    return g, *quantize_rows(g)
+
+
+def step_kernel(h, dh, n):
+    g = gated_backward(h, dh, n)
+    return g, *quantize_rows_op(g)
+
+
+def timed(fn, *args, reps=20):
+    for _ in range(3):
+        fn(*args)
+    torch.cuda.synchronize()
+    t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0.record()
+    for _ in range(reps):
+        fn(*args)
+    t1.record()
+    torch.cuda.synchronize()
+    return t0.elapsed_time(t1) / reps
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", type=int, default=36864)  # ~batch 192 x (32 + 159) of xtr-base
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    report: dict = {"tokens": args.tokens, "device": torch.cuda.get_device_name(), "bytes": {}, "ms": {}}
+    n = args.tokens
+    for cols in (768, 2048, 2304, 4096):
+        x = (torch.randn(n, cols, device="cuda") * torch.rand(n, 1, device="cuda") * 10).to(torch.bfloat16)
+        x[0] = 0
+        rq, rs = quantize_rows(x)
+        q, s = quantize_rows_op(x)
+        same = (q.view(torch.uint8) == rq.view(torch.uint8)).float().mean().item()
+        report["bytes"][cols] = {"fp8_bytes_equal": same, "scales_equal": bool(torch.equal(s, rs)),
+                                 "max_abs_dequant_diff": float((q.float() * s - rq.float() * rs).abs().max())}
+        eager_q = timed(quantize_rows, x)
+        comp_q = timed(torch.compile(quantize_rows, dynamic=True), x)
+        kern_q = timed(quantize_rows_op, x)
+        report["ms"][f"quantize {cols}"] = {"eager": eager_q, "compiled": comp_q, "kernel": kern_q,
+                                            "kernel_GBps": n * cols * 3 / kern_q / 1e6}
+        print(cols, json.dumps(report["bytes"][cols]), json.dumps(report["ms"][f"quantize {cols}"]), flush=True)
+    ff = 2048
+    h = (torch.randn(n, 2 * ff + 32, device="cuda")).to(torch.bfloat16)  # wi_0, wi_1 and LoRA's u columns
+    dh = (torch.randn(n, ff, device="cuda") * 1e-3).to(torch.bfloat16)
+    fc = torch.compile(step_compiled, dynamic=True)
+    fk = torch.compile(step_kernel, dynamic=True)
+    gc, qc, sc = fc(h, dh, ff)
+    gk, qk, sk = fk(h, dh, ff)
+    report["gated_backward"] = {
+        "g_equal": bool(torch.equal(gc, gk)),
+        "fp8_bytes_equal": (qc.view(torch.uint8) == qk.view(torch.uint8)).float().mean().item(),
+        "ms_compiled": timed(fc, h, dh, ff), "ms_kernel": timed(fk, h, dh, ff)}
+    print("gated backward", json.dumps(report["gated_backward"]), flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
