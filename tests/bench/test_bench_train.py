@@ -265,6 +265,11 @@ def test_fp8_variant_sets_fp8_products(tiny_bert_workload):
     d = parse_variant("bf16+varlen+packing+fp8d")
     assert d.fp8 and "fp8d" in variant_name(d) and "+fp8+" not in variant_name(d) + "+"
     assert train_config(tiny_bert_workload, d, "cpu", 8).fp8_scaling == "delayed"
+    k = parse_variant("bf16+varlen+packing+fp8k")
+    assert k.fp8 and "fp8k" in variant_name(k).split("+") and "fp8" not in variant_name(k).split("+")
+    cfg = train_config(tiny_bert_workload, k, "cpu", 8)
+    assert cfg.fp8_products and cfg.fp8_quantize == "kernel" and cfg.fp8_scaling == "row"
+    assert train_config(tiny_bert_workload, v, "cpu", 8).fp8_quantize == "compiled"
 
 
 def test_nodropout_variant_sets_model_dropout_zero(tiny_bert_workload):
