@@ -7,7 +7,7 @@
 #
 # encode: `bench encode` of xtr-base and MiniLM, padded vs varlen vs varlen+compile (index-time
 # encoding); minilm: `bench train -w minilm`, joint packing vs varlen (BERT), batch 48 and 192.
-# Env: BS (192), STEPS (30), WARM (10), V (the bench variants), CAP_S per part; trace: TW, TV, TSTEPS,
+# Env: BS (192), STEPS (30), WARM (10), V (the bench variants), BROUNDS (bench --rounds), CAP_S per part; trace: TW, TV, TSTEPS,
 # AB (a trainer switch compared in one process, e.g. AB=stage_copies), ROUNDS, CURVE (warm-up timed in blocks);
 # etrace: ETM (encode_trace.py's modes, e.g. varlen+compile,varlen+compile+fp8), ESTREAM (--stream K:
 # K calls in one encode_ids, profiled for the GPU's idle gaps between calls).
@@ -39,7 +39,7 @@ for part in $parts; do
   bench)
     V=${V:-bs=$BS+bf16+compile+flex+packing,bs=$BS+bf16+compile+varlen+packing}
     TORCH_LOGS=${TORCH_LOGS:-recompiles} timeout "${CAP_S:-420}" python3 -m supergrep bench train -w xtr-base --model-path $model --variants "$V" \
-      --steps "${STEPS:-30}" --warmup "${WARM:-10}" --out "$OUT/bench" > "$OUT/bench-log.txt" 2>&1
+      --steps "${STEPS:-30}" --warmup "${WARM:-10}" --rounds "${BROUNDS:-1}" --out "$OUT/bench" > "$OUT/bench-log.txt" 2>&1
     echo "bench rc=$?"; echo "recompiles: $(grep -c Recompiling "$OUT/bench-log.txt")"
     grep -v "Warning\|warn(\|__recompiles" "$OUT/bench-log.txt" | tail -8 ;;
   encode)

@@ -114,6 +114,56 @@ def test_bench_train_runs_naive_and_optimised_with_consistent_numbers(tiny_bert_
     assert files["png"].read_bytes()[:4] == b"\x89PNG"
 
 
+def test_rounds_interleave_the_variants_segments(tiny_bert_workload, tmp_path, monkeypatch):
+    """--rounds: every variant warmed first and kept, then timed in segments A B B A ...; a row's
+    rate is over all its segments, each segment's rate reported, training continuing across them."""
+    from supergrep.bench import report
+    from supergrep.bench import train as bt
+
+    order: list[str] = []
+    real_segment = bt._Run.segment
+
+    def segment(self):
+        order.append(self.v.name)
+        return real_segment(self)
+
+    monkeypatch.setattr(bt._Run, "segment", segment)
+    variants = [parse_variant(v) for v in ("naive", "fp32", "fp32+packing")]
+    res = run_train_bench(tiny_bert_workload, variants, steps=2, warmup=1, peak=PEAK, rounds=3)
+    assert order == ["naive", "fp32", "fp32+packing", "fp32+packing", "fp32", "naive",
+                     "naive", "fp32", "fp32+packing"]
+    assert res["rounds"] == 3 and res["steps"] == 2
+    rows = {r["variant"]: r for r in res["rows"]}
+    for r in rows.values():
+        assert "error" not in r and r["steps"] == 6 and len(r["segments_samples_per_s"]) == 3
+        assert r["samples_per_s"] == pytest.approx(6 * r["batch_size"] / r["seconds"])
+        # the aggregate rate sits inside the segments' range (total steps over total time)
+        assert min(r["segments_samples_per_s"]) <= r["samples_per_s"] * (1 + 1e-9)
+        assert r["samples_per_s"] <= max(r["segments_samples_per_s"]) * (1 + 1e-9)
+        assert len(r["losses"]) == 1 + 3 * 2  # warm-up + every segment: one training run, not restarts
+    assert rows["naive"]["speedup_vs_naive"] == pytest.approx(1.0)
+    md = report.train_markdown(res)
+    assert "3 interleaved segments of 2 timed steps" in md and "| fp32+packing | " in md and "spread" in md
+
+
+def test_rounds_record_a_failing_variant_and_time_the_rest(tiny_bert_workload, monkeypatch):
+    from supergrep.bench import train as bt
+
+    real_warm = bt._Run.warm
+
+    def warm(self):
+        if self.v.packing:
+            raise RuntimeError("CUDA out of memory")
+        return real_warm(self)
+
+    monkeypatch.setattr(bt._Run, "warm", warm)
+    res = run_train_bench(tiny_bert_workload, [parse_variant(v) for v in ("fp32", "fp32+packing")], steps=1,
+                          warmup=0, peak=PEAK, rounds=2)
+    rows = {r["variant"]: r for r in res["rows"]}
+    assert rows["fp32+packing"]["error"] == "out of memory"
+    assert len(rows["fp32"]["segments_samples_per_s"]) == 2
+
+
 def test_the_peer_runs_on_the_same_batches_or_is_skipped_cleanly(tiny_bert_workload, monkeypatch):
     from supergrep.bench import peer
 
@@ -160,10 +210,11 @@ def test_bench_cli_train_and_encode(tmp_path):
 
     runner = CliRunner()
     got = runner.invoke(cli, ["bench", "train", "-w", "xtr-tiny", "--work-dir", str(tmp_path / "w"), "--steps", "2",
-                              "--warmup", "0", "--variants", "fp32+packing", "--json", "--device", "cpu"])
+                              "--warmup", "0", "--variants", "fp32+packing", "--json", "--device", "cpu", "--rounds", "2"])
     assert got.exit_code == 0, got.output
     res = json.loads(got.stdout)
     assert [r["variant"] for r in res["rows"]] == ["fp32+packing"]
+    assert res["rounds"] == 2 and len(res["rows"][0]["segments_samples_per_s"]) == 2
     assert all("samples_per_s" in r for r in res["rows"]), res["rows"]
     assert res["model_flops"]["n_layers"] == 2 and res["model_flops"]["d_attn"] == 32  # T5: heads x d_kv
     src = tmp_path / "src"

@@ -22,7 +22,7 @@ def train_markdown(res: dict) -> str:
                      for d, p in res["peaks"].items() if p)
     head = [f"**bench train**, workload `{wl['name']}` ({wl['note']}), batch {wl['batch_size']}, query "
             f"{wl['query_len']} tokens, documents from mined code (mean {res['lengths']['mean']:.0f} tokens, cap "
-            f"{wl['doc_cap']}); {res['steps']} timed steps after {res['warmup']} warm-up; peak {peak}.", "",
+            f"{wl['doc_cap']}); {_timing(res)}; peak {peak}.", "",
             "| variant | device | batch | samples/s | useful tokens/s | real/computed tokens | MFU | peak memory "
             "| loss first -> last | speedup vs naive |",
             "|---|---|---|---|---|---|---|---|---|---|"]
@@ -36,11 +36,23 @@ def train_markdown(res: dict) -> str:
             f"{r['useful_tokens_per_s']:,.0f} | {100 * r['token_efficiency']:.0f}% | {_f(r['mfu'], '.1%')} | "
             f"{r['peak_memory_bytes'] / GiB:.2f} GiB | {r['loss_first']:.3f} -> {r['loss_last']:.3f} | "
             f"{_f(r.get('speedup_vs_naive'), '.2f')}x |")
+    segs = [r for r in res["rows"] if len(r.get("segments_samples_per_s") or []) > 1]
+    if segs:
+        head += ["", "| variant | samples/s of each segment, in time order | spread (max / min) |", "|---|---|---|"]
+        head += [f"| {r['variant']} | {', '.join(f'{x:.1f}' for x in r['segments_samples_per_s'])} | "
+                 f"{max(r['segments_samples_per_s']) / min(r['segments_samples_per_s']):.3f} |" for r in segs]
     s = res.get("summary") or {}
     if s:
         head += ["", f"Best ({s['best']}) vs the peer ({s['peer']}): {s['speedup_vs_peer']:.2f}x samples/s; "
                      f"loss after the same steps {s['loss_last_best']:.3f} vs {s['loss_last_peer']:.3f}."]
     return "\n".join(head) + "\n"
+
+
+def _timing(res: dict) -> str:
+    if res.get("rounds", 1) > 1:
+        return (f"{res['warmup']} warm-up steps each, then {res['rounds']} interleaved segments of {res['steps']} "
+                f"timed steps per variant (every other round in reverse order)")
+    return f"{res['steps']} timed steps after {res['warmup']} warm-up"
 
 
 def encode_markdown(res: dict) -> str:

@@ -360,62 +360,119 @@ def computed_tokens(batch, doc_cap: int = 0, pad_multiple: int = 8, attn: str = 
     return int(batch.q_ids.size + batch.packed.ids.size)
 
 
+class _Run:
+    """One variant's trainer, batches and clocks: warmed once, then timed in one segment
+    (``run_variant``) or in several interleaved with other variants' (``run_train_bench``'s
+    ``rounds``)."""
+
+    def __init__(self, wl: Workload, v: Variant, steps: int, warmup: int, seed: int = 0):
+        why = mlx_conflict(v)
+        if why:
+            raise ValueError(why)
+        self.wl, self.v, self.steps, self.warmup = wl, v, steps, warmup
+        self.mlx = v.backend == "mlx"
+        self.device = _device(v.device, v.backend)
+        self.bs = v.batch_size or wl.batch_size
+        pool = make_pool(wl, self.bs * (warmup + steps), seed)
+        self.batches = make_batches(pool, wl, self.bs, v.batching, v.packing and not v.peer, seed, v.pad_multiple)
+        self.memory = MemoryRecorder(device=self.device)
+        if not self.mlx:
+            _reset_peak(self.device)
+        if v.peer:
+            from supergrep.bench.peer import PeerTrainer
+
+            self.trainer = PeerTrainer(wl, v, self.device, lr=LR, temperature=TEMPERATURE, seed=SEED)  # same start as ours
+        else:
+            self.trainer = build_trainer(wl, v, self.device, self.bs)
+        self.raw: list = []
+        self.segments: list[float] = []  # seconds of each timed segment
+        self.peak_bytes = 0
+        self._sample = 0
+
+    def warm(self) -> None:
+        for b in self.batches[: self.warmup]:
+            self._step(b)
+        _sync(self.device, self.raw if self.mlx else None)
+
+    def _step(self, b) -> None:
+        loss, _ = self.trainer.train_step(b, LR)
+        self.raw.append(float(loss) if self.v.sync else loss)  # naive: a host sync every step
+
+    def segment(self) -> float:
+        """Time the ``steps`` timed batches once (one device sync at the end). The first segment's
+        peak memory includes the warm-up; a later one's (other variants ran between) its own steps."""
+        if not self.segments:
+            self.memory.sample(self._sample)
+        elif self.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.reset_peak_memory_stats(self.device)  # no empty_cache: the pool stays warm
+        t = time.perf_counter()
+        for b in self.batches[self.warmup:]:
+            self._step(b)
+            self._sample += 1
+            self.memory.sample(self._sample)
+        _sync(self.device, self.raw if self.mlx else None)
+        self.segments.append(time.perf_counter() - t)
+        peak = self.trainer.memory()["peak_bytes"] if self.mlx else _peak_bytes(self.device, self.memory)
+        self.peak_bytes = max(self.peak_bytes, peak or 0)
+        return self.segments[-1]
+
+    def row(self, mf: ModelFlops, peak: float | None) -> dict:
+        v, steps, bs = self.v, self.steps, self.bs
+        losses = [float(x) for x in self.raw]  # after the clocks stopped
+        if not all(math.isfinite(x) for x in losses):
+            raise RuntimeError(f"non-finite loss in {v.name}: {losses}")
+        timed = self.batches[self.warmup:]
+        seconds = sum(self.segments)
+        n = len(self.segments)
+        useful = n * sum(int(b.q_mask.sum() + b.d_mask.sum()) for b in timed)
+        flops = n * sum(batch_flops(mf, b) for b in timed)
+        row = {
+            "variant": v.name, "settings": asdict(v), "device": self.device, "batch_size": bs, "steps": steps * n,
+            "warmup": self.warmup, "seconds": seconds, "samples_per_s": steps * n * bs / seconds,
+            "useful_tokens_per_s": useful / seconds, "token_efficiency": useful / (n * sum(computed_tokens(b, self.wl.doc_cap, v.pad_multiple, v.attn) for b in timed)),
+            "tflops": flops / seconds / 1e12, "mfu": flops / seconds / peak if peak else None,
+            "peak_memory_bytes": self.peak_bytes,
+            "memory": self.memory.summary(), "backend": v.backend,
+            "loss_first": sum(losses[:3]) / len(losses[:3]), "loss_last": sum(losses[-3:]) / len(losses[-3:]),
+            "losses": losses, "system": "sentence-transformers" if v.peer else "supergrep",
+            **(self.trainer.describe() if hasattr(self.trainer, "describe") else {}),
+        }
+        if n > 1:  # each segment's rate: the spread says how far one window's figure can be trusted
+            row["segments_samples_per_s"] = [steps * bs / t for t in self.segments]
+        return row
+
+
 def run_variant(wl: Workload, v: Variant, steps: int, warmup: int, mf: ModelFlops, peak: float,
                 seed: int = 0) -> dict:
-    why = mlx_conflict(v)
-    if why:
-        raise ValueError(why)
-    mlx = v.backend == "mlx"
-    device = _device(v.device, v.backend)
-    bs = v.batch_size or wl.batch_size
-    pool = make_pool(wl, bs * (warmup + steps), seed)
-    batches = make_batches(pool, wl, bs, v.batching, v.packing and not v.peer, seed, v.pad_multiple)
-    memory = MemoryRecorder(device=device)
-    if not mlx:
-        _reset_peak(device)
-    if v.peer:
-        from supergrep.bench.peer import PeerTrainer
+    run = _Run(wl, v, steps, warmup, seed)
+    run.warm()
+    run.segment()
+    return run.row(mf, peak)
 
-        trainer = PeerTrainer(wl, v, device, lr=LR, temperature=TEMPERATURE, seed=SEED)  # same start as ours
-    else:
-        trainer = build_trainer(wl, v, device, bs)
-    raw: list = []
-    t_start = time.perf_counter()
-    for i, b in enumerate(batches):
-        if i == warmup:
-            _sync(device, raw if mlx else None)
-            memory.sample(i)
-            t_start = time.perf_counter()
-        loss, _ = trainer.train_step(b, LR)
-        raw.append(float(loss) if v.sync else loss)  # naive: a host sync every step
-        if i >= warmup:
-            memory.sample(i + 1)
-    _sync(device, raw if mlx else None)
-    seconds = time.perf_counter() - t_start
-    losses = [float(x) for x in raw]  # after the clock stopped
-    if not all(math.isfinite(x) for x in losses):
-        raise RuntimeError(f"non-finite loss in {v.name}: {losses}")
-    timed = batches[warmup:]
-    useful = sum(int(b.q_mask.sum() + b.d_mask.sum()) for b in timed)
-    flops = sum(batch_flops(mf, b) for b in timed)
-    return {
-        "variant": v.name, "settings": asdict(v), "device": device, "batch_size": bs, "steps": steps,
-        "warmup": warmup, "seconds": seconds, "samples_per_s": steps * bs / seconds,
-        "useful_tokens_per_s": useful / seconds, "token_efficiency": useful / sum(computed_tokens(b, wl.doc_cap, v.pad_multiple, v.attn) for b in timed),
-        "tflops": flops / seconds / 1e12, "mfu": flops / seconds / peak if peak else None,
-        "peak_memory_bytes": trainer.memory()["peak_bytes"] if mlx else _peak_bytes(device, memory),
-        "memory": memory.summary(), "backend": v.backend,
-        "loss_first": sum(losses[:3]) / len(losses[:3]), "loss_last": sum(losses[-3:]) / len(losses[-3:]),
-        "losses": losses, "system": "sentence-transformers" if v.peer else "supergrep",
-        **(trainer.describe() if hasattr(trainer, "describe") else {}),
-    }
+
+def interleave_order(n: int, rounds: int) -> list[int]:
+    """The variants' timed segments, round by round, every other round reversed, so no variant
+    keeps a position (the first of a process measured slower, and the host's speed drifts).
+
+    >>> interleave_order(3, 2)
+    [0, 1, 2, 2, 1, 0]
+    """
+    out: list[int] = []
+    for r in range(rounds):
+        out += list(range(n)) if r % 2 == 0 else list(reversed(range(n)))
+    return out
 
 
 def run_train_bench(wl: Workload, variants: list[Variant], steps: int = 20, warmup: int = 5,
-                    time_limit: float | None = None, peak: dict | None = None, on_row=None) -> dict:
+                    time_limit: float | None = None, peak: dict | None = None, on_row=None,
+                    rounds: int = 1) -> dict:
     """Run every variant (a failure is recorded, not fatal); speedups are over naive on the same
     device. ``on_row(partial_result)`` is called after each variant (the CLI writes its files
-    then, so a run cut short keeps what it measured)."""
+    then, so a run cut short keeps what it measured). ``rounds`` > 1: every variant is built and
+    warmed first, all kept alive, then timed in ``rounds`` segments of ``steps`` steps each,
+    interleaved (``interleave_order``); a row's rate is over all its segments."""
     import torch
 
     if any(v.backend == "mlx" for v in variants) and mlx_missing():
@@ -430,6 +487,8 @@ def run_train_bench(wl: Workload, variants: list[Variant], steps: int = 20, warm
     peaks = peak or {d: _measure_peak(d) for d in devices}
     mf = workload_flops(wl)
     t0 = time.perf_counter()
+    if rounds > 1:
+        return _run_interleaved(wl, variants, steps, warmup, rounds, time_limit, peaks, mf, t0, on_row)
     rows: list[dict] = []
     for v in variants:
         if on_row is not None and rows:
@@ -442,9 +501,7 @@ def run_train_bench(wl: Workload, variants: list[Variant], steps: int = 20, warm
         try:
             row = run_variant(wl, v, steps, warmup, mf, (peaks.get(dev) or {}).get("flops_per_s"))
         except Exception as exc:  # noqa: BLE001 - one variant failing (OOM, no peer) must not end the run
-            reason = "out of memory" if "out of memory" in str(exc).lower() else f"{type(exc).__name__}: {exc}"
-            row = {"variant": v.name, "device": dev, "error": reason[:500]}
-            log.warning("variant %s failed: %s", v.name, reason[:200])
+            row = _failure(v, exc)
         rows.append(row)
         with contextlib.suppress(Exception):
             if v.compile:
@@ -455,6 +512,65 @@ def run_train_bench(wl: Workload, variants: list[Variant], steps: int = 20, warm
 
         gc.collect()
     res = _result(wl, steps, warmup, peaks, mf, rows, t0)
+    if on_row is not None:
+        on_row(res)
+    return res
+
+
+def _failure(v: Variant, exc: Exception) -> dict:
+    reason = "out of memory" if "out of memory" in str(exc).lower() else f"{type(exc).__name__}: {exc}"
+    log.warning("variant %s failed: %s", v.name, reason[:200])
+    return {"variant": v.name, "device": _device(v.device, v.backend), "error": reason[:500]}
+
+
+def _run_interleaved(wl, variants, steps, warmup, rounds, time_limit, peaks, mf, t0, on_row) -> dict:
+    import torch
+
+    # every variant's compiled graphs stay cached side by side (torch.compile's cache is per code
+    # object, shared by the trainers): past the limit a frame would silently run eagerly
+    with contextlib.suppress(Exception):
+        cfg = torch._dynamo.config
+        for name in ("recompile_limit", "cache_size_limit"):
+            if hasattr(cfg, name):
+                setattr(cfg, name, max(getattr(cfg, name), 8 * len(variants)))
+    runs: dict[int, _Run] = {}
+    errors: dict[int, dict] = {}
+    for i, v in enumerate(variants):
+        log.info("bench train %s: %s (warm-up)", wl.name, v.name)
+        try:
+            runs[i] = _Run(wl, v, steps, warmup)
+            runs[i].warm()
+        except Exception as exc:  # noqa: BLE001 - one variant failing must not end the run
+            runs.pop(i, None)
+            errors[i] = _failure(v, exc)
+
+    def rows() -> list[dict]:
+        out = []
+        for i, v in enumerate(variants):
+            if i in errors:
+                out.append(errors[i])
+            elif runs[i].segments:
+                out.append(runs[i].row(mf, (peaks.get(runs[i].device) or {}).get("flops_per_s")))
+            else:
+                out.append({"variant": v.name, "skipped": f"time limit {time_limit:.0f} s reached"})
+        return out
+
+    order = interleave_order(len(variants), rounds)
+    for k, i in enumerate(order):
+        if i not in runs:
+            continue
+        if time_limit is not None and time.perf_counter() - t0 > time_limit:
+            log.warning("time limit %.0f s reached after %d of %d segments", time_limit, k, len(order))
+            break
+        try:
+            runs[i].segment()
+        except Exception as exc:  # noqa: BLE001
+            errors[i] = _failure(variants[i], exc)
+            del runs[i]
+        if on_row is not None and (k + 1) % len(variants) == 0:
+            on_row(_result(wl, steps, warmup, peaks, mf, rows(), t0))
+    res = _result(wl, steps, warmup, peaks, mf, rows(), t0)
+    res["rounds"] = rounds
     if on_row is not None:
         on_row(res)
     return res

@@ -54,9 +54,12 @@ def _workload_options(f):
 @click.option("--steps", type=click.IntRange(min=1), default=20, show_default=True, help="Timed steps per variant.")
 @click.option("--warmup", type=click.IntRange(min=0), default=5, show_default=True, help="Untimed steps first.")
 @click.option("--time-limit", type=float, default=None, help="Skip the variants left after this many seconds.")
+@click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Above 1: warm every variant first, keep them all, then time each in this many segments of "
+                   "--steps steps, interleaved (A B B A ...): no variant keeps a position in the process.")
 @common_options(model_path=False)
 def bench_train_cmd(workloads, model_path, batch_size, doc_cap, work_dir, out_dir, as_json, variants, grid, steps,
-                    warmup, time_limit, opts: Options) -> None:
+                    warmup, time_limit, rounds, opts: Options) -> None:
     """Training samples/s, useful tokens/s, MFU and peak memory over a grid, each a speedup over
     the naive loop (fp32, eager, padded to the cap, a host sync every step) in the same run.
 
@@ -65,6 +68,8 @@ def bench_train_cmd(workloads, model_path, batch_size, doc_cap, work_dir, out_di
         supergrep bench train -w minilm --grid precision=fp32,bf16 --grid packing=0,1 --out bench/
 
         supergrep bench train -w minilm --variants naive,fp32,mlx+fp32 --device cpu
+
+        supergrep bench train -w xtr-base --variants bs=192+bf16+compile+varlen+packing,bs=192+bf16+compile+varlen+packing+fp8 --warmup 60 --steps 20 --rounds 4
     """
     from supergrep.bench import report
     from supergrep.bench.train import (
@@ -97,7 +102,7 @@ def bench_train_cmd(workloads, model_path, batch_size, doc_cap, work_dir, out_di
     for name in workloads or ("minilm",):
         wl = get_workload(name, _work_dir(work_dir), model_path, batch_size, doc_cap)
         stem = f"train-{wl.name}"
-        res = run_train_bench(wl, chosen, steps=steps, warmup=warmup, time_limit=time_limit,
+        res = run_train_bench(wl, chosen, steps=steps, warmup=warmup, time_limit=time_limit, rounds=rounds,
                               on_row=(lambda partial, stem=stem: report.write(partial, out_dir, stem)) if out_dir else None)
         results.append(res)
         files = report.write(res, out_dir, stem) if out_dir else {}
