@@ -321,6 +321,8 @@ def test_fp8_variant_sets_fp8_products(tiny_bert_workload):
     cfg = train_config(tiny_bert_workload, k, "cpu", 8)
     assert cfg.fp8_products and cfg.fp8_quantize == "kernel" and cfg.fp8_scaling == "row"
     assert train_config(tiny_bert_workload, v, "cpu", 8).fp8_quantize == "compiled"
+    st = parse_variant("bf16+compile+varlen+packing+pad=256+static")
+    assert "static" in variant_name(st).split("+") and train_config(tiny_bert_workload, st, "cpu", 8).static_shapes
 
 
 def test_nodropout_variant_sets_model_dropout_zero(tiny_bert_workload):

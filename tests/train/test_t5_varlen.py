@@ -50,6 +50,29 @@ def test_flatten_lays_every_real_token_end_to_end_and_gathers_them_back():
         flatten_queries_and_documents(q_ids, q_mask, d_ids, ~d_mask)
 
 
+def test_fixed_fillers_keep_the_offsets_length_and_the_real_tokens_in_place():
+    """static_shapes' layout: exactly k filler sequences (each >= 1 token) whatever the batch, the
+    token count rounded up from the real tokens + k, the real tokens laid and gathered as before."""
+    rng = np.random.default_rng(1)
+    shapes = set()
+    for n_docs_tokens in (5, 29):  # two batches of different sizes, one bucket
+        q_len, d_len = rng.integers(1, 9, 5), rng.integers(1, n_docs_tokens, 7)
+        q_ids, d_ids = rng.integers(1, 100, (5, 8)), rng.integers(1, 100, (7, 30))
+        q_mask, d_mask = np.arange(8) < q_len[:, None], np.arange(30) < d_len[:, None]
+        plain = flatten_queries_and_documents(q_ids, q_mask, d_ids, d_mask)
+        f = flatten_queries_and_documents(q_ids, q_mask, d_ids, d_mask, 256, 4)
+        real = int(q_len.sum() + d_len.sum())
+        assert f.ids.shape[0] == -(-(real + 4) // 256) * 256 and len(f.cu) == 12 + 4 + 1
+        fillers = np.diff(f.cu)[12:]
+        assert fillers.min() >= 1 and fillers.max() - fillers.min() <= 1 and fillers.sum() == f.ids.shape[0] - real
+        assert np.array_equal(f.ids[:real], plain.ids) and np.array_equal(f.cu[:13], plain.cu)
+        assert np.array_equal(f.pos[:real], plain.pos) and f.pos[real:].tolist() == [i for n in fillers for i in range(n)]
+        table = np.append(f.ids, -1)
+        assert np.array_equal(table[f.gather[5:]], np.where(d_mask, d_ids, -1))
+        shapes.add((f.ids.shape, f.cu.shape, f.gather.shape))
+    assert len(shapes) == 1
+
+
 def test_reference_attention_is_per_document_attention_with_the_bias():
     torch.manual_seed(0)
     heads, d, dist, lengths = 3, 8, 4, [5, 1, 12, 9]
@@ -197,6 +220,59 @@ def test_varlen_gradients_equal_the_padded_forwards(tiny_t5, pairs_file, tmp_pat
     assert grads[0].keys() == grads[1].keys() and len(grads[0]) == len(trainer.params)
     for n in grads[0]:
         torch.testing.assert_close(grads[1][n], grads[0][n], atol=1e-6, rtol=1e-3, msg=n)
+
+
+def test_static_shapes_give_the_same_loss_and_gradients_in_one_shape(tiny_t5, pairs_file, tmp_path):
+    """static_shapes (for CUDA graphs): caps-wide batches, a fixed filler count and the cap as the
+    attention's bound give the dynamic layout's loss and gradients, and two batches of different
+    widths and token counts the same tensor shapes."""
+    from test_trainer import cfg_for, trainer_and_batch
+
+    from supergrep.train.data import pack_documents
+
+    cfg = cfg_for(tiny_t5, pairs_file, tmp_path, packing=True, attn_implementation="varlen", pad_multiple=256)
+    trainer, batch = trainer_and_batch(cfg)
+    trainer.model.eval()
+    batch = _short(trainer, batch)
+    batch.packed = pack_documents(batch.d_ids, batch.d_mask, 200, 0)
+    with torch.no_grad():  # B starts at zero, which would hide a wrong A gradient
+        for n, p in trainer.params.items():
+            if n.endswith("lora_B"):
+                p.normal_(0, 0.05)
+    from dataclasses import replace
+
+    results, shapes = [], []
+    for static in (False, True):
+        trainer.cfg = replace(cfg, static_shapes=static)
+        b = trainer._static_batch(batch) if static else batch
+        joint = trainer.joint_packed_to_device(b)
+        loss, _ = trainer._step_plain(*trainer._to_device(b), joint=joint)
+        results.append((float(loss), {n: p.grad.clone() for n, p in trainer.params.items()}))
+        trainer.optimizer.zero_grad(set_to_none=True)
+        if static:
+            shapes.append([tuple(t.shape) for t in trainer._to_device(b)] + [tuple(t.shape) for t in joint[1:4]] + [joint[4]])
+    assert results[1][0] == pytest.approx(results[0][0], rel=1e-5)
+    for n, g in results[0][1].items():
+        torch.testing.assert_close(results[1][1][n], g, atol=1e-6, rtol=1e-3, msg=n)
+    # a narrower batch with fewer tokens: the same shapes but the token count, a multiple of 256
+    small = replace(batch, q_ids=batch.q_ids[:, :10], q_mask=batch.q_mask[:, :10] & (np.arange(10) < 4),
+                    d_ids=batch.d_ids[:, :40], d_mask=batch.d_mask[:, :40])
+    b = trainer._static_batch(small)
+    joint = trainer.joint_packed_to_device(b)
+    got = [tuple(t.shape) for t in trainer._to_device(b)] + [tuple(t.shape) for t in joint[1:4]] + [joint[4]]
+    assert got[:4] == shapes[0][:4] and got[5:] == shapes[0][5:]  # the loss's tensors, cu, gather, the bound
+    assert got[4][0] % 256 == 0 and got[4][0] < shapes[0][4][0]
+    assert joint[4] == 128  # the caps (24, 96), rounded up to 64
+
+
+def test_static_shapes_need_varlen_and_a_multiple_of_64(tiny_t5, pairs_file, tmp_path):
+    from test_trainer import cfg_for
+
+    with pytest.raises(ConfigError, match="static_shapes"):
+        cfg_for(tiny_t5, pairs_file, tmp_path, packing=True, attn_implementation="varlen", pad_multiple=100,
+                static_shapes=True)
+    with pytest.raises(ConfigError, match="static_shapes"):
+        cfg_for(tiny_t5, pairs_file, tmp_path, packing=True, pad_multiple=256, static_shapes=True)
 
 
 def test_varlen_training_steps_update_every_lora_weight(tiny_t5, pairs_file, tmp_path):

@@ -109,13 +109,31 @@ class Flat:
     pos: np.ndarray
 
 
+def filler_lengths(fill: int, fixed: int = 0) -> np.ndarray:
+    """The filler sequences' lengths for ``fill`` tokens: as many of 64 as needed (the last one
+    shorter), or exactly ``fixed`` of them, as even as they come (each >= 1 token when fill >=
+    fixed: a sequence of no tokens is an empty softmax).
+
+    >>> filler_lengths(130).tolist(), filler_lengths(130, 4).tolist(), filler_lengths(0).tolist()
+    ([64, 64, 2], [33, 33, 32, 32], [])
+    """
+    if fixed:
+        return np.full(fixed, fill // fixed, dtype=np.int64) + (np.arange(fixed) < fill % fixed)
+    fillers = np.full(-(-fill // 64), 64, dtype=np.int64)
+    if fill:
+        fillers[-1] = fill - 64 * (len(fillers) - 1)
+    return fillers
+
+
 def flatten_queries_and_documents(q_ids: np.ndarray, q_mask: np.ndarray, d_ids: np.ndarray,
-                                  d_mask: np.ndarray, pad_multiple: int = 1) -> Flat:
+                                  d_mask: np.ndarray, pad_multiple: int = 1, fixed_fillers: int = 0) -> Flat:
     """Vectorised (no per-sequence Python loop): masks are prefixes (real tokens first).
 
     ``pad_multiple`` > 1 rounds the token count up with filler sequences of at most 64 tokens
     (id 0, their own positions, never gathered), so the step's GEMM shapes repeat across steps
-    instead of being new every step.
+    instead of being new every step. ``fixed_fillers`` > 0: always that many filler sequences, the
+    token count rounded up from the real tokens plus one per filler, so the offsets ``cu`` keep one
+    length across steps too (static shapes for CUDA graphs).
 
     >>> f = flatten_queries_and_documents(np.array([[5, 6]]), np.array([[1, 1]], bool),
     ...                                   np.array([[7, 8, 9], [4, 0, 0]]), np.array([[1, 1, 1], [1, 0, 0]], bool))
@@ -139,15 +157,13 @@ def flatten_queries_and_documents(q_ids: np.ndarray, q_mask: np.ndarray, d_ids: 
     if not np.array_equal(mask, np.arange(width)[None, :] < lengths[:, None]):
         raise ValueError("flatten_queries_and_documents needs prefix masks (real tokens first)")
     n_real = int(lengths.sum())
-    fill = -n_real % max(pad_multiple, 1)
-    fillers = np.full(-(-fill // 64), 64, dtype=np.int64)
-    if fill:
-        fillers[-1] = fill - 64 * (len(fillers) - 1)
+    fill = fixed_fillers + -(n_real + fixed_fillers) % max(pad_multiple, 1)
+    fillers = filler_lengths(fill, fixed_fillers)
     cu = np.zeros(len(lengths) + len(fillers) + 1, dtype=np.int32)
     np.cumsum(np.concatenate([lengths, fillers]), out=cu[1:])
     n = int(cu[-1])
     gather = np.where(mask, cu[:len(lengths), None].astype(np.int64) + np.arange(width)[None, :], n)
-    pos = np.concatenate([np.broadcast_to(np.arange(width), mask.shape)[mask],
-                          np.arange(fill) % 64]).astype(np.int64)
+    pos = np.concatenate([np.broadcast_to(np.arange(width), mask.shape)[mask]]
+                         + [np.arange(n) for n in fillers]).astype(np.int64)
     flat_ids = np.concatenate([ids[mask], np.zeros(fill, dtype=ids.dtype)]).astype(np.int64)
     return Flat(flat_ids, cu, gather, int(max(lengths.max(), fillers.max(initial=0))), pos)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -375,11 +375,13 @@ class TorchTrainer:
         if self._varlen:  # no rows at all: every token end to end (torch_t5_varlen.py)
             from supergrep.backends.packing import flatten_queries_and_documents
 
+            static = self.cfg.static_shapes
             f = flatten_queries_and_documents(batch.q_ids, batch.q_mask, batch.d_ids, batch.d_mask,
-                                              self.cfg.pad_multiple)
+                                              self.cfg.pad_multiple, self.cfg.pad_multiple // 64 if static else 0)
             ids, cu, gather, pos = self._move(f.ids, f.cu, f.gather, f.pos)
             # the kernels' grid only needs an upper bound: a multiple of 64 keeps compiled shapes few
-            return ("varlen", ids, cu, gather, -(-f.max_len // 64) * 64, pos)
+            bound = max(f.max_len, self._static_len) if static else f.max_len
+            return ("varlen", ids, cu, gather, -(-bound // 64) * 64, pos)
         from supergrep.backends.packing import pack_queries_and_documents
 
         p = pack_queries_and_documents(batch.q_ids, batch.q_mask, batch.d_ids, batch.d_mask,
@@ -518,8 +520,29 @@ class TorchTrainer:
             torch.cuda.set_rng_state(after.cuda, self.device)
         return loss.detach(), acc.detach()
 
+    @property
+    def _static_len(self) -> int:
+        """static_shapes: the attention's length bound, whatever the batch (the caps, and the
+        longest filler a pad_multiple / 64 fillers can hold)."""
+        k = self.cfg.pad_multiple // 64
+        return max(self.cfg.query_max_tokens, self.cfg.document_max_tokens, -(-(self.cfg.pad_multiple + k) // k))
+
+    def _static_batch(self, batch: Batch) -> Batch:
+        """static_shapes: queries and documents padded to their caps (ids 0, masks False), so the
+        loss's tensors keep one shape; the packed path's flat layout only takes the real tokens."""
+        def widen(a: np.ndarray, width: int) -> np.ndarray:
+            if a.shape[1] >= width:
+                return a
+            return np.concatenate([a, np.zeros((a.shape[0], width - a.shape[1]), dtype=a.dtype)], axis=1)
+
+        qw, dw = self.cfg.query_max_tokens, self.cfg.document_max_tokens
+        return replace(batch, q_ids=widen(batch.q_ids, qw), q_mask=widen(batch.q_mask, qw),
+                                   d_ids=widen(batch.d_ids, dw), d_mask=widen(batch.d_mask, dw))
+
     def train_step(self, batch: Batch, lr: float) -> tuple[torch.Tensor, torch.Tensor]:
         """One optimizer step on ``batch``; returns (loss, in-batch accuracy) on the device."""
+        if self.cfg.static_shapes and self._varlen:
+            batch = self._static_batch(batch)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         if self._cudagraphs:  # a new step: the CUDA graphs' outputs of the last one may be overwritten

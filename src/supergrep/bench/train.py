@@ -16,6 +16,8 @@ A variant is written as ``+``-joined tokens (``bf16+compile+packing``):
                               templates where they win, with the pointwise ops fused into them
     pad=N                     round document widths (and packed rows) up to a multiple of N (default 8):
                               fewer distinct shapes for CUDA graphs and first-call costs
+    static                    varlen: static_shapes (one shape per token-count bucket of pad=N, N a multiple
+                              of 64: caps-wide batches, a fixed filler count), for cudagraphs
     ckpt                      gradient checkpointing
     eager                     eager attention instead of SDPA
     flex                      T5 only, with packing: FlexAttention with the position bias in the kernel,
@@ -84,6 +86,7 @@ class Variant:
     fp8_scaling: str = "row"  # token `fp8d`: "delayed"
     fp8_quantize: str = "compiled"  # token `fp8k`: "kernel"
     pad_multiple: int = 8  # document and packed-row widths round up to this (token `pad=N`)
+    static: bool = False  # token `static`: train config static_shapes
     ckpt: bool = False
     attn: str = "sdpa"
     batching: str = "bucketed"
@@ -143,7 +146,7 @@ def parse_variant(text: str) -> Variant:
             kw.update(precision="fp32", attn="eager", batching="padmax", sync=True)
         elif tok in ("fp32", "bf16", "fp16", "auto"):
             kw["precision"] = tok
-        elif tok in ("compile", "ckpt", "packing", "sync", "peer"):
+        elif tok in ("compile", "ckpt", "packing", "sync", "peer", "static"):
             kw[tok] = True
         elif tok == "cudagraphs":
             kw.update(compile=True, compile_mode="reduce-overhead")
@@ -231,7 +234,7 @@ def variant_name(v: Variant) -> str:
     parts += [t for t, on in (("compile", v.compile), ("cudagraphs", v.compile_mode == "reduce-overhead"),
                               ("autotune", v.compile_mode == "max-autotune-no-cudagraphs"), ("notf32", not v.tf32), ("nodropout", not v.dropout),
                               ("fp8", v.fp8 and v.fp8_scaling == "row" and v.fp8_quantize == "compiled"),
-                              ("fp8d", v.fp8 and v.fp8_scaling == "delayed"), ("fp8k", v.fp8 and v.fp8_quantize == "kernel"), ("ckpt", v.ckpt), ("packing", v.packing), ("sync", v.sync), ("peer", v.peer)) if on]
+                              ("fp8d", v.fp8 and v.fp8_scaling == "delayed"), ("fp8k", v.fp8 and v.fp8_quantize == "kernel"), ("static", v.static), ("ckpt", v.ckpt), ("packing", v.packing), ("sync", v.sync), ("peer", v.peer)) if on]
     if v.pad_multiple != 8:
         parts.append(f"pad={v.pad_multiple}")
     if v.attn != "sdpa":
@@ -313,7 +316,7 @@ def train_config(wl: Workload, v: Variant, device: str, batch_size: int):
         batch_size=batch_size, lr=LR, temperature=TEMPERATURE, margin_weight=0.0, precision=precision,
         attn_implementation=v.attn, compile=v.compile, compile_mode=v.compile_mode, pad_multiple=v.pad_multiple,
         gradient_checkpointing=v.ckpt, packing=v.packing, tf32=v.tf32, model_dropout=-1.0 if v.dropout else 0.0,
-        fp8_products=v.fp8, fp8_scaling=v.fp8_scaling, fp8_quantize=v.fp8_quantize, dynamic_batch=False, device=device, seed=SEED,
+        fp8_products=v.fp8, fp8_scaling=v.fp8_scaling, fp8_quantize=v.fp8_quantize, static_shapes=v.static, dynamic_batch=False, device=device, seed=SEED,
     ).validate()
 
 
@@ -482,7 +485,8 @@ def run_train_bench(wl: Workload, variants: list[Variant], steps: int = 20, warm
     devices = sorted({_device(v.device, v.backend) for v in variants})
     if warmup < STEADY_WARMUP and any(v.compile and _device(v.device, v.backend).startswith("cuda") for v in variants):
         log.warning("compiled GPU steps reach their steady state after ~%d steps (with 10, a variant run later in "
-                    "the same process measured up to 1.5x faster): use --warmup %d for figures to compare",
+                    "the same process measured up to 1.5x faster): use --warmup %d for figures to compare, and "
+                    "--rounds 4 to interleave the variants' timed segments",
                     STEADY_WARMUP, STEADY_WARMUP)
     peaks = peak or {d: _measure_peak(d) for d in devices}
     mf = workload_flops(wl)

@@ -81,6 +81,7 @@ class TrainConfig:
     gradient_checkpointing: bool = _f(False, "Recompute activations in backward (less memory, more time).")
     dynamic_batch: bool = _f(True, "On out-of-memory, halve the mini-batch and retry the step (switching to cached_contrastive keeps the negatives).")
     pad_multiple: int = _f(8, "Pad batch lengths to a multiple of this (tensor-core friendly shapes).")
+    static_shapes: bool = _f(False, "attn_implementation varlen: every step's tensors of one shape but the token count, itself rounded up to pad_multiple (a multiple of 64, e.g. 4096): queries and documents padded to their caps, a fixed number of filler sequences (pad_multiple / 64), the attention's length bound at the cap. For compile_mode reduce-overhead (CUDA graphs, one per shape): a few graphs instead of one per batch.")
     packing: bool = _f(False, "Pack each batch's documents into rows of document_max_tokens with a block-diagonal attention mask (SDPA), so no FLOP is spent on padding, and the batch's queries into the same rows (one encoder pass per step) (BERT-style and T5 models; plain steps; cached/accumulated steps stay padded).")
     prefetch_batches: int = _f(4, "Batches prepared ahead by a background thread.")
     # -- run --------------------------------------------------------------------------------
@@ -123,6 +124,9 @@ class TrainConfig:
         if self.attn_implementation in ("flex", "varlen") and not self.packing:
             problems.append(f"attn_implementation {self.attn_implementation} needs packing: true (queries and "
                             f"documents run packed, in one encoder pass)")
+        if self.static_shapes and (self.attn_implementation != "varlen" or self.pad_multiple % 64):
+            problems.append("static_shapes needs attn_implementation varlen (with packing) and pad_multiple a "
+                            "multiple of 64 (e.g. 4096)")
         if self.infonce_weight < 0:
             problems.append("infonce_weight must be >= 0")
         if not (self.infonce_weight or self.margin_weight or self.teacher_weight or self.distill_weight):
