@@ -197,13 +197,13 @@ def test_varlen_gives_hf_t5s_vectors_and_the_padded_loss(tiny_t5, pairs_file, tm
     assert float(l_fill) == pytest.approx(float(l_pad), rel=1e-5)
 
 
-def test_varlen_gradients_equal_the_padded_forwards(tiny_t5, pairs_file, tmp_path):
-    from test_trainer import cfg_for, trainer_and_batch
+def _gradient_case(cfg):
+    """A varlen trainer in eval mode (no dropout) with nonzero B's, and a batch of short documents."""
+    from test_trainer import trainer_and_batch
 
     from supergrep.train.data import pack_documents
 
-    trainer, batch = trainer_and_batch(cfg_for(tiny_t5, pairs_file, tmp_path, packing=True,
-                                               attn_implementation="varlen"))
+    trainer, batch = trainer_and_batch(cfg)
     trainer.model.eval()
     batch = _short(trainer, batch)
     batch.packed = pack_documents(batch.d_ids, batch.d_mask, 200, 0)
@@ -211,6 +211,13 @@ def test_varlen_gradients_equal_the_padded_forwards(tiny_t5, pairs_file, tmp_pat
         for n, p in trainer.params.items():
             if n.endswith("lora_B"):
                 p.normal_(0, 0.05)
+    return trainer, batch
+
+
+def test_varlen_gradients_equal_the_padded_forwards(tiny_t5, pairs_file, tmp_path):
+    from test_trainer import cfg_for
+
+    trainer, batch = _gradient_case(cfg_for(tiny_t5, pairs_file, tmp_path, packing=True, attn_implementation="varlen"))
     tensors = trainer._to_device(batch)
     grads = []
     for joint in (None, trainer.joint_packed_to_device(batch)):
@@ -226,20 +233,12 @@ def test_static_shapes_give_the_same_loss_and_gradients_in_one_shape(tiny_t5, pa
     """static_shapes (for CUDA graphs): caps-wide batches, a fixed filler count and the cap as the
     attention's bound give the dynamic layout's loss and gradients, and two batches of different
     widths and token counts the same tensor shapes."""
-    from test_trainer import cfg_for, trainer_and_batch
+    from dataclasses import replace
 
-    from supergrep.train.data import pack_documents
+    from test_trainer import cfg_for
 
     cfg = cfg_for(tiny_t5, pairs_file, tmp_path, packing=True, attn_implementation="varlen", pad_multiple=256)
-    trainer, batch = trainer_and_batch(cfg)
-    trainer.model.eval()
-    batch = _short(trainer, batch)
-    batch.packed = pack_documents(batch.d_ids, batch.d_mask, 200, 0)
-    with torch.no_grad():  # B starts at zero, which would hide a wrong A gradient
-        for n, p in trainer.params.items():
-            if n.endswith("lora_B"):
-                p.normal_(0, 0.05)
-    from dataclasses import replace
+    trainer, batch = _gradient_case(cfg)
 
     results, shapes = [], []
     for static in (False, True):
