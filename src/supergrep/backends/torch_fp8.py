@@ -99,10 +99,10 @@ def _(x):
 
 
 def quantize_rows_op(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``quantize_rows`` of a 2-D ``x`` as one opaque op (Triton's kernel on CUDA): a compiled
-    graph materialises x and quantises it in one read, instead of fusing the quantisation into
-    x's producer, which for wide rows recomputes the producer once for the amax and once for the
-    cast (``triton_fp8_quant.py``). No autograd: for detached inputs and gradients."""
+    """``quantize_rows`` of a 2-D ``x`` as one opaque op (Triton's kernel on CUDA, ``quantize_rows``
+    elsewhere): a compiled graph materialises x and the kernel quantises it in one read, where
+    Inductor would fuse the quantisation into x's producer (``triton_fp8_quant.py`` says when
+    that is faster). No autograd: for detached inputs and gradients."""
     return _quantize_rows_op(x)
 
 

@@ -24,11 +24,9 @@ the adapter's gradients see float8 error only through ``u = x A^T`` and ``v = g 
 The quantisations of the weights and of ``x`` happen outside the autograd function (they need
 no gradient): torch.compile (2.11-2.13) cannot trace a reduction over a dynamic-size input
 inside one ("lift_tracked_freevar_to_input should not be called on root SubgraphTracer").
-With ``fp8_quantize: kernel`` the row quantisations of x and of the gradient go through one
-opaque op (``torch_fp8.quantize_rows_op``, a Triton kernel on CUDA): Inductor then writes the
-producer's bf16 output once and the kernel reads it once, instead of fusing the quantisation
-into the producer, which for wide rows (the gated GELU's backward, 4,096 wide) computes the
-producer twice (``triton_fp8_quant.py``).
+With ``fp8_quantize: kernel`` (opt-in) the row quantisations of x and of the gradient go
+through one opaque op (``torch_fp8.quantize_rows_op``, a Triton kernel on CUDA) instead of being
+fused by Inductor into their producers; measured no faster in the step (``triton_fp8_quant.py``).
 """
 
 from __future__ import annotations

@@ -537,7 +537,7 @@ class TorchTrainer:
 
         qw, dw = self.cfg.query_max_tokens, self.cfg.document_max_tokens
         return replace(batch, q_ids=widen(batch.q_ids, qw), q_mask=widen(batch.q_mask, qw),
-                                   d_ids=widen(batch.d_ids, dw), d_mask=widen(batch.d_mask, dw))
+                       d_ids=widen(batch.d_ids, dw), d_mask=widen(batch.d_mask, dw))
 
     def train_step(self, batch: Batch, lr: float) -> tuple[torch.Tensor, torch.Tensor]:
         """One optimizer step on ``batch``; returns (loss, in-batch accuracy) on the device."""
