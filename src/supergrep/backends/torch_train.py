@@ -567,6 +567,8 @@ class TorchTrainer:
         with torch.profiler.record_function("sg::optimizer"):
             self._sync_gradients()
             self.optimizer_step()
+        if self._cudagraphs:  # a graph's outputs live in its pool and the next replay overwrites
+            loss, acc = loss.clone(), acc.clone()  # them; the loop keeps a window of losses
         return loss, acc
 
     def optimizer_step(self) -> None:
