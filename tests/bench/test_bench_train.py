@@ -144,6 +144,11 @@ def test_rounds_interleave_the_variants_segments(tiny_bert_workload, tmp_path, m
     assert rows["naive"]["speedup_vs_naive"] == pytest.approx(1.0)
     md = report.train_markdown(res)
     assert "3 interleaved segments of 2 timed steps" in md and "| fp32+packing | " in md and "spread" in md
+    # each variant over the first, segment by segment of the same round
+    seg = {r["variant"]: r["segments_samples_per_s"] for r in res["rows"]}
+    paired = [a / b for a, b in zip(seg["fp32"], seg["naive"])]
+    line = next(x for x in md.splitlines() if x.startswith("| fp32 | ") and x.endswith(") |"))
+    assert line.endswith(f"| {sum(paired) / 3:.3f} ({min(paired):.3f}-{max(paired):.3f}) |")
 
 
 def test_rounds_record_a_failing_variant_and_time_the_rest(tiny_bert_workload, monkeypatch):

@@ -38,9 +38,15 @@ def train_markdown(res: dict) -> str:
             f"{_f(r.get('speedup_vs_naive'), '.2f')}x |")
     segs = [r for r in res["rows"] if len(r.get("segments_samples_per_s") or []) > 1]
     if segs:
-        head += ["", "| variant | samples/s of each segment, in time order | spread (max / min) |", "|---|---|---|"]
-        head += [f"| {r['variant']} | {', '.join(f'{x:.1f}' for x in r['segments_samples_per_s'])} | "
-                 f"{max(r['segments_samples_per_s']) / min(r['segments_samples_per_s']):.3f} |" for r in segs]
+        base = segs[0]["segments_samples_per_s"]
+        head += ["", f"| variant | samples/s of each segment, in time order | spread (max / min) | over "
+                     f"{segs[0]['variant']}, round by round (mean, min-max) |", "|---|---|---|---|"]
+        for r in segs:
+            x = r["segments_samples_per_s"]
+            paired = [a / b for a, b in zip(x, base)]  # same round: drift cancels
+            ratio = (f"{sum(paired) / len(paired):.3f} ({min(paired):.3f}-{max(paired):.3f})"
+                     if r is not segs[0] and len(x) == len(base) else "-")
+            head.append(f"| {r['variant']} | {', '.join(f'{v:.1f}' for v in x)} | {max(x) / min(x):.3f} | {ratio} |")
     s = res.get("summary") or {}
     if s:
         head += ["", f"Best ({s['best']}) vs the peer ({s['peer']}): {s['speedup_vs_peer']:.2f}x samples/s; "
