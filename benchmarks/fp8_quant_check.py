@@ -61,10 +61,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=36864)  # ~batch 192 x (32 + 159) of xtr-base
     ap.add_argument("--out")
+    ap.add_argument("--gated-only", action="store_true",
+                    help="only the gated GELU backward (with TORCH_LOGS=output_code: Inductor's code for it)")
     args = ap.parse_args()
     report: dict = {"tokens": args.tokens, "device": torch.cuda.get_device_name(), "bytes": {}, "ms": {}}
     n = args.tokens
-    for cols in (768, 2048, 2304, 4096):
+    for cols in () if args.gated_only else (768, 2048, 2304, 4096):
         x = (torch.randn(n, cols, device="cuda") * torch.rand(n, 1, device="cuda") * 10).to(torch.bfloat16)
         x[0] = 0
         rq, rs = quantize_rows(x)

@@ -11,7 +11,8 @@
 # AB (a trainer switch compared in one process, e.g. AB=stage_copies), ROUNDS, CURVE (warm-up timed in blocks);
 # etrace: ETM (encode_trace.py's modes, e.g. varlen+compile,varlen+compile+fp8), ESTREAM (--stream K:
 # K calls in one encode_ids, profiled for the GPU's idle gaps between calls).
-# quant: the float8 row quantiser kernel alone (benchmarks/fp8_quant_check.py; QCAP seconds).
+# quant: the float8 row quantiser kernel alone (benchmarks/fp8_quant_check.py; QCAP seconds);
+# gelucode: the same script's gated GELU backward only, with Inductor's generated code logged.
 # fp8gemm: the float8 products alone (benchmarks/fp8_gemm.py); attnfwd: the attention forward alone
 # at encoding's shape over a grid of tiles (varlen_attention.py --fwd-only); index: a whole
 # `index` of torch/_inductor with MiniLM, stage by stage (index_stages.py), alternating the tree's
@@ -59,6 +60,10 @@ for part in $parts; do
     done ;;
   quant)  # the float8 row quantiser kernel: bytes vs quantize_rows, and the gated GELU backward both ways
     timeout "${QCAP:-120}" python3 benchmarks/fp8_quant_check.py --out "$OUT/fp8-quant.json" 2>&1 | grep -v Warning | tee "$OUT/fp8-quant.txt" | tail -8 ;;
+  gelucode)  # Inductor's generated code for the gated GELU backward (+ row quantisation), both forms
+    TORCH_LOGS=output_code timeout "${QCAP:-120}" python3 benchmarks/fp8_quant_check.py --gated-only \
+      --out "$OUT/gelu-ms.json" > "$OUT/gelu-output-code.txt" 2>&1
+    echo "gelucode rc=$?"; grep "gated backward" "$OUT/gelu-output-code.txt" ;;
   fp8gemm)
     timeout "${CAP_S:-120}" python3 benchmarks/fp8_gemm.py --out "$OUT/fp8-gemm.json" 2>&1 | grep -v Warning | tee "$OUT/fp8-gemm.txt" ;;
   attnfwd)
