@@ -167,6 +167,20 @@ def test_rounds_record_a_failing_variant_and_time_the_rest(tiny_bert_workload, m
     rows = {r["variant"]: r for r in res["rows"]}
     assert rows["fp32+packing"]["error"] == "out of memory"
     assert len(rows["fp32"]["segments_samples_per_s"]) == 2
+    # a non-finite loss ends that variant's row, not the run (as in the sequential loop)
+    monkeypatch.setattr(bt._Run, "warm", real_warm)
+    real_step = bt._Run._step
+
+    def nan_step(self, b):
+        real_step(self, b)
+        if self.v.packing:
+            self.raw[-1] = float("nan")
+
+    monkeypatch.setattr(bt._Run, "_step", nan_step)
+    res = run_train_bench(tiny_bert_workload, [parse_variant(v) for v in ("fp32", "fp32+packing")], steps=1,
+                          warmup=0, peak=PEAK, rounds=2)
+    rows = {r["variant"]: r for r in res["rows"]}
+    assert "non-finite loss" in rows["fp32+packing"]["error"] and "samples_per_s" in rows["fp32"]
 
 
 def test_the_peer_runs_on_the_same_batches_or_is_skipped_cleanly(tiny_bert_workload, monkeypatch):

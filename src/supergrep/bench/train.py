@@ -554,7 +554,10 @@ def _run_interleaved(wl, variants, steps, warmup, rounds, time_limit, peaks, mf,
             if i in errors:
                 out.append(errors[i])
             elif runs[i].segments:
-                out.append(runs[i].row(mf, (peaks.get(runs[i].device) or {}).get("flops_per_s")))
+                try:  # a non-finite loss is a failed variant here too, as in the sequential loop
+                    out.append(runs[i].row(mf, (peaks.get(runs[i].device) or {}).get("flops_per_s")))
+                except RuntimeError as exc:
+                    out.append(_failure(v, exc))
             else:
                 out.append({"variant": v.name, "skipped": f"time limit {time_limit:.0f} s reached"})
         return out
