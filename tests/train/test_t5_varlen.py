@@ -16,7 +16,7 @@ import torch
 
 from supergrep.backends.packing import flatten_queries_and_documents
 from supergrep.backends.t5_attention import padded_index, reference_attention
-from supergrep.errors import ConfigError, UsageError
+from supergrep.errors import ConfigError, TrainingError, UsageError
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 
@@ -262,6 +262,20 @@ def test_static_shapes_give_the_same_loss_and_gradients_in_one_shape(tiny_t5, pa
     assert got[:4] == shapes[0][:4] and got[5:] == shapes[0][5:]  # the loss's tensors, cu, gather, the bound
     assert got[4][0] % 256 == 0 and got[4][0] < shapes[0][4][0]
     assert joint[4] == 128  # the caps (24, 96), rounded up to 64
+    # wider than the caps (a pad_multiple of 4096 rounds collated widths up to 4096): cropped to
+    # them, the same shapes and loss, not a loss over every padded position
+    wide = replace(batch, q_ids=np.pad(batch.q_ids, ((0, 0), (0, 40))), q_mask=np.pad(batch.q_mask, ((0, 0), (0, 40))),
+                   d_ids=np.pad(batch.d_ids, ((0, 0), (0, 300))), d_mask=np.pad(batch.d_mask, ((0, 0), (0, 300))))
+    b = trainer._static_batch(wide)
+    assert b.q_ids.shape[1] == 24 and b.d_mask.shape[1] == 96
+    loss, _ = trainer._step_plain(*trainer._to_device(b), joint=trainer.joint_packed_to_device(b))
+    trainer.optimizer.zero_grad(set_to_none=True)
+    assert float(loss) == pytest.approx(results[1][0], rel=1e-5)
+    # a document past its cap is refused, not silently cut
+    long = replace(wide, d_mask=wide.d_mask.copy())
+    long.d_mask[0, 100] = True
+    with pytest.raises(TrainingError, match="document_max_tokens"):
+        trainer._static_batch(long)
 
 
 def test_static_shapes_need_varlen_and_a_multiple_of_64(tiny_t5, pairs_file, tmp_path):
@@ -359,3 +373,29 @@ def test_varlen_needs_packing_and_a_supported_model(tiny_t5, pairs_file, tmp_pat
     with pytest.raises(UsageError, match="not supported for mpnet models"):  # packing's own refusal comes first
         trainer_and_batch(cfg_for(make_mpnet(tmp_path / "mpnet"), pairs_file, tmp_path, packing=True,
                                   attn_implementation="varlen"))
+
+
+def test_compiled_step_functions_take_the_loss_constants_as_constants():
+    """The trainer's torch.compile specialises Python floats: Dynamo's default (torch 2.11) passes
+    the loss's temperature, margin and weights in as 0-d CPU tensors, which the backward copies
+    through a CPU kernel each step and which segfault the backward under CUDA graphs (H100,
+    benchmarks/cudagraph_probe.py). The graph's inputs are the tensors and sizes only."""
+    from supergrep.backends.torch_ops import TorchOps
+    from supergrep.backends.torch_train import compile_step_fn
+    from supergrep.train.losses import contrastive_loss
+
+    loss_fn, ops = contrastive_loss(), TorchOps(torch.device("cpu"))
+    inputs: list[list] = []
+
+    def record(gm, example_inputs):
+        inputs.append(list(example_inputs))
+        return gm.forward
+
+    fn = compile_step_fn(lambda q, qm, d, dm: loss_fn(ops, q, qm, d, dm), backend=record)
+    q, d = torch.randn(4, 8, 16, requires_grad=True), torch.randn(4, 24, 16, requires_grad=True)
+    loss, _ = fn(q, torch.ones(4, 8, dtype=torch.bool), d, torch.ones(4, 24, dtype=torch.bool))
+    loss.backward()
+    assert inputs and q.grad is not None
+    scalars = [x for x in inputs[0] if torch.is_tensor(x) and x.ndim == 0]
+    assert not scalars, f"{len(scalars)} 0-d tensor inputs: floats reached the graph as tensors"
+    assert not torch._dynamo.config.specialize_float  # the process's own setting is left alone

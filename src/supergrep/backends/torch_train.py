@@ -143,6 +143,17 @@ def set_model_dropout(model: nn.Module, p: float) -> int:
     return n
 
 
+def compile_step_fn(fn, mode: str | None = None, backend="inductor"):
+    """``torch.compile(fn, dynamic=True)`` with Python floats specialised (Dynamo's
+    ``specialize_float``, off by default in torch 2.11): otherwise the loss's constants
+    (temperature, margin, weights) enter the graph as 0-d CPU tensors, which the backward copies
+    through a CPU kernel every step and which crash the backward under CUDA graphs (a segfault
+    reading them, torch 2.11 on an H100: ``benchmarks/cudagraph_probe.py``). They never change
+    during a run, so a constant costs no recompiles."""
+    compiled = torch.compile(fn, dynamic=True, mode=mode, backend=backend)
+    return torch._dynamo.config.patch(specialize_float=True)(compiled)
+
+
 class TorchTrainer:
     """Trains ``spec``'s model with LoRA; see the module docstring for one step."""
 
@@ -195,10 +206,9 @@ class TorchTrainer:
         self.model.train()
         mode = None if cfg.compile_mode == "default" else cfg.compile_mode
         self._cudagraphs = cfg.compile and self.device.type == "cuda" and cfg.compile_mode == "reduce-overhead"
-        self._encode_impl = (torch.compile(self._encode_eager, dynamic=True, mode=mode) if cfg.compile
-                             else self._encode_eager)
+        self._encode_impl = compile_step_fn(self._encode_eager, mode) if cfg.compile else self._encode_eager
         self._pack_offset = self._packing_positions(spec.model_type, model) if cfg.packing else None
-        self._encode_packed_impl = (torch.compile(self._encode_packed_eager, dynamic=True, mode=mode) if cfg.compile
+        self._encode_packed_impl = (compile_step_fn(self._encode_packed_eager, mode) if cfg.compile
                                     else self._encode_packed_eager)
         self._flex = cfg.attn_implementation == "flex"
         self._varlen = cfg.attn_implementation == "varlen"
@@ -212,13 +222,12 @@ class TorchTrainer:
             raise UsageError(f"attn_implementation varlen is implemented for T5, BERT and RoBERTa encoders, not "
                              f"{spec.model_type}; use sdpa")
         self._pad_id = int(getattr(model.config, "pad_token_id", 0) or 0)
-        self._encode_flex_impl = (torch.compile(self._encode_flex_eager, dynamic=True, mode=mode) if cfg.compile
-                                  else self._encode_flex_eager)
-        self._encode_varlen_impl = (torch.compile(self._encode_varlen_eager, dynamic=True, mode=mode) if cfg.compile
+        self._encode_flex_impl = compile_step_fn(self._encode_flex_eager, mode) if cfg.compile else self._encode_flex_eager
+        self._encode_varlen_impl = (compile_step_fn(self._encode_varlen_eager, mode) if cfg.compile
                                     else self._encode_varlen_eager)
         # The loss too (MaxSim's masking and maxima over the (queries, tokens, documents, tokens)
         # similarities as one fused pass each way, instead of a dozen eager kernels per chunk).
-        self._loss_impl = torch.compile(self._loss_eager, dynamic=True, mode=mode) if cfg.compile else self._loss_eager
+        self._loss_impl = compile_step_fn(self._loss_eager, mode) if cfg.compile else self._loss_eager
         self.params = self._named_trainable()
         decay = [p for n, p in self.params.items() if p.ndim >= 2]
         no_decay = [p for n, p in self.params.items() if p.ndim < 2]
@@ -528,16 +537,21 @@ class TorchTrainer:
         return max(self.cfg.query_max_tokens, self.cfg.document_max_tokens, -(-(self.cfg.pad_multiple + k) // k))
 
     def _static_batch(self, batch: Batch) -> Batch:
-        """static_shapes: queries and documents padded to their caps (ids 0, masks False), so the
-        loss's tensors keep one shape; the packed path's flat layout only takes the real tokens."""
-        def widen(a: np.ndarray, width: int) -> np.ndarray:
+        """static_shapes: queries and documents exactly as wide as their caps (ids 0, masks False
+        past the tokens), so the loss's tensors keep one shape; the packed path's flat layout only
+        takes the real tokens. Also narrower: a pad_multiple of 4096 rounds the collated widths up
+        to 4096, and the loss would score every padded position (8x the MaxSim of a 512 cap)."""
+        def fit(a: np.ndarray, width: int) -> np.ndarray:
             if a.shape[1] >= width:
-                return a
+                return a[:, :width]
             return np.concatenate([a, np.zeros((a.shape[0], width - a.shape[1]), dtype=a.dtype)], axis=1)
 
         qw, dw = self.cfg.query_max_tokens, self.cfg.document_max_tokens
-        return replace(batch, q_ids=widen(batch.q_ids, qw), q_mask=widen(batch.q_mask, qw),
-                       d_ids=widen(batch.d_ids, dw), d_mask=widen(batch.d_mask, dw))
+        if batch.q_mask[:, qw:].any() or batch.d_mask[:, dw:].any():
+            raise TrainingError(f"static_shapes: a batch holds a query longer than query_max_tokens ({qw}) or a "
+                                f"document longer than document_max_tokens ({dw}); tokenise with those caps")
+        return replace(batch, q_ids=fit(batch.q_ids, qw), q_mask=fit(batch.q_mask, qw),
+                       d_ids=fit(batch.d_ids, dw), d_mask=fit(batch.d_mask, dw))
 
     def train_step(self, batch: Batch, lr: float) -> tuple[torch.Tensor, torch.Tensor]:
         """One optimizer step on ``batch``; returns (loss, in-batch accuracy) on the device."""
