@@ -75,6 +75,19 @@ def test_pad_multiple_rounds_document_widths(tiny_bert_workload):
         assert p.ids.shape[1] % 16 == 0
 
 
+def test_varlen_computed_tokens_count_the_fillers(tiny_bert_workload):
+    """varlen runs the real tokens end to end plus the filler sequences that round the count up
+    to pad_multiple (static_shapes: a fixed number of them too): the efficiency column counts
+    them, so a pad=4096 static variant does not report 100%."""
+    pool = make_pool(tiny_bert_workload, 32, seed=1)
+    for b in make_batches(pool, tiny_bert_workload, 8, "bucketed", packing=True, pad_multiple=8):
+        useful = int(b.q_mask.sum() + b.d_mask.sum())
+        plain = computed_tokens(b, tiny_bert_workload.doc_cap, 8, "varlen")
+        assert plain % 8 == 0 and useful <= plain < useful + 8
+        static = computed_tokens(b, tiny_bert_workload.doc_cap, 4096, "varlen", static=True)
+        assert static % 4096 == 0 and static >= useful + 64  # 4096 / 64 fillers of >= 1 token
+
+
 def test_batches_cover_the_same_pool_in_every_mode(tiny_bert_workload):
     wl = tiny_bert_workload
     pool = make_pool(wl, 32, seed=1)

@@ -346,13 +346,17 @@ def batch_flops(mf: ModelFlops, batch) -> float:
     return mf.train_step(batch.q_mask.sum(1).tolist(), batch.d_mask.sum(1).tolist())
 
 
-def computed_tokens(batch, doc_cap: int = 0, pad_multiple: int = 8, attn: str = "sdpa") -> int:
+def computed_tokens(batch, doc_cap: int = 0, pad_multiple: int = 8, attn: str = "sdpa", static: bool = False) -> int:
     """Token positions the encoder actually runs (padding included). Packed batches of our
     trainer run queries and documents in one set of rows (``pack_queries_and_documents``, with
-    ``doc_cap``), or with ``varlen`` end to end with no padding at all; the peer's get no
-    ``packed`` and stay padded."""
+    ``doc_cap``), or with ``varlen`` end to end, the count rounded up to ``pad_multiple`` with
+    filler sequences (``static``: a fixed number of them too); the peer's get no ``packed`` and
+    stay padded."""
     if batch.packed is not None and attn == "varlen":
-        return int(batch.q_mask.sum() + batch.d_mask.sum())
+        from supergrep.backends.packing import flatten_queries_and_documents
+
+        return int(flatten_queries_and_documents(batch.q_ids, batch.q_mask, batch.d_ids, batch.d_mask, pad_multiple,
+                                                 pad_multiple // 64 if static else 0).ids.size)
     if batch.packed is None:
         return int(batch.q_ids.size + batch.d_ids.size)
     if doc_cap:
@@ -434,7 +438,7 @@ class _Run:
         row = {
             "variant": v.name, "settings": asdict(v), "device": self.device, "batch_size": bs, "steps": steps * n,
             "warmup": self.warmup, "seconds": seconds, "samples_per_s": steps * n * bs / seconds,
-            "useful_tokens_per_s": useful / seconds, "token_efficiency": useful / (n * sum(computed_tokens(b, self.wl.doc_cap, v.pad_multiple, v.attn) for b in timed)),
+            "useful_tokens_per_s": useful / seconds, "token_efficiency": useful / (n * sum(computed_tokens(b, self.wl.doc_cap, v.pad_multiple, v.attn, v.static) for b in timed)),
             "tflops": flops / seconds / 1e12, "mfu": flops / seconds / peak if peak else None,
             "peak_memory_bytes": self.peak_bytes,
             "memory": self.memory.summary(), "backend": v.backend,
