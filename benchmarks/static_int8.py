@@ -53,12 +53,17 @@ def main() -> None:
     args = ap.parse_args()
 
     import onnx
-    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
-                                          quantize_static)
+    from onnx_fusions import SHAPES, VARIANTS, session
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
     from onnxruntime.transformers import optimizer
     from onnxruntime.transformers.fusion_options import FusionOptions
 
-    from onnx_fusions import SHAPES, VARIANTS, session
     from supergrep.encoder.spec import resolve_model
     from supergrep.export import onnx_graph as og
     from supergrep.export.quantized import LayerRule
