@@ -88,6 +88,42 @@ def test_varlen_computed_tokens_count_the_fillers(tiny_bert_workload):
         assert static % 4096 == 0 and static >= useful + 64  # 4096 / 64 fillers of >= 1 token
 
 
+def test_step_shapes_count_the_graphs_cuda_graphs_record(tiny_bert_workload):
+    """A CUDA-graph variant records one graph per distinct step shape: varlen batches of pad 8
+    are nearly all distinct, static ones of pad 4096 one bucket here; the table says how many
+    and how many were first met inside the timed steps (recorded there, inside the timing)."""
+    from supergrep.bench import report
+    from supergrep.bench.train import step_shape
+
+    wl = tiny_bert_workload
+    pool = make_pool(wl, 64, seed=1)
+    dyn = {step_shape(b, wl.doc_cap, 8, "varlen") for b in make_batches(pool, wl, 8, "bucketed", True, 0, 8)}
+    static = {step_shape(b, wl.doc_cap, 4096, "varlen", True)
+              for b in make_batches(pool, wl, 8, "bucketed", True, 0, 4096)}
+    assert len(static) == 1 < len(dyn)
+    padded = {step_shape(b, wl.doc_cap, 8, "sdpa") for b in make_batches(pool, wl, 8, "padmax", False)}
+    assert len(padded) == 1  # every batch at the cap
+
+    res = run_train_bench(wl, [parse_variant("fp32")], steps=2, warmup=1, peak=PEAK)
+    row = res["rows"][0]
+    assert 1 <= row["step_shapes"]["distinct"] <= 3 and 0 <= row["step_shapes"]["timed_steps_not_replayed"] <= 2
+    assert "CUDA graphs" not in report.train_markdown(res)
+    row["settings"]["compile_mode"] = "reduce-overhead"
+    row["step_shapes"] = {"distinct": 18, "timed_steps_not_replayed": 7}
+    assert ("CUDA graphs, fp32: 18 distinct step shapes, 7 timed steps not replayed" in report.train_markdown(res))
+
+
+def test_graph_steps_counts_first_runs_and_captures_inside_the_timing():
+    """A shape's first run is uncaptured, its second captured, later ones replayed; the timed
+    batches run again each round."""
+    from supergrep.bench.train import graph_steps
+
+    a, b, c = (1,), (2,), (3,)
+    # warm-up a a b; timed b c, twice: b's capture and c's first run in round 1, c's capture in round 2
+    assert graph_steps([a, a, b, b, c], 3, 2) == {"distinct": 3, "timed_steps_not_replayed": 3}
+    assert graph_steps([a, a, b, b, a, b], 4, 3) == {"distinct": 2, "timed_steps_not_replayed": 0}
+
+
 def test_batches_cover_the_same_pool_in_every_mode(tiny_bert_workload):
     wl = tiny_bert_workload
     pool = make_pool(wl, 32, seed=1)

@@ -47,6 +47,12 @@ def train_markdown(res: dict) -> str:
             ratio = (f"{sum(paired) / len(paired):.3f} ({min(paired):.3f}-{max(paired):.3f})"
                      if r is not segs[0] and len(x) == len(base) else "-")
             head.append(f"| {r['variant']} | {', '.join(f'{v:.1f}' for v in x)} | {max(x) / min(x):.3f} | {ratio} |")
+    graphs = [r for r in res["rows"] if (r.get("settings") or {}).get("compile_mode") == "reduce-overhead"
+              and r.get("step_shapes")]
+    if graphs:  # each new shape is a graph recorded, and one met in the timed steps is recorded there
+        head += [""] + [f"CUDA graphs, {r['variant']}: {r['step_shapes']['distinct']} distinct step shapes, "
+                        f"{r['step_shapes']['timed_steps_not_replayed']} timed steps not replayed (a shape's first "
+                        f"run or its capture)." for r in graphs]
     s = res.get("summary") or {}
     if s:
         head += ["", f"Best ({s['best']}) vs the peer ({s['peer']}): {s['speedup_vs_peer']:.2f}x samples/s; "

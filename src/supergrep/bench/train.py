@@ -367,6 +367,29 @@ def computed_tokens(batch, doc_cap: int = 0, pad_multiple: int = 8, attn: str = 
     return int(batch.q_ids.size + batch.packed.ids.size)
 
 
+def step_shape(batch, doc_cap: int, pad_multiple: int, attn: str, static: bool = False) -> tuple:
+    """The shapes one step's compiled graphs see: a CUDA-graph variant records one graph per
+    distinct value (its first step of that shape runs eagerly, then is captured)."""
+    if batch.packed is not None and attn == "varlen":
+        n = computed_tokens(batch, doc_cap, pad_multiple, attn, static)
+        return (n,) if static else (n, batch.q_ids.shape[1], batch.d_ids.shape[1])
+    rows = () if batch.packed is None else batch.packed.ids.shape
+    return (*rows, *batch.q_ids.shape, *batch.d_ids.shape)
+
+
+def graph_steps(shapes: list[tuple], warmup: int, rounds: int) -> dict:
+    """Distinct step shapes, and how many timed steps were not replays for CUDA graphs: CUDA
+    graph trees run a shape's first step uncaptured and capture its second, so those steps of the
+    timed segments (the timed batches again each round) carry warm-up or capture work."""
+    order = shapes[:warmup] + shapes[warmup:] * rounds
+    runs: dict[tuple, int] = {}
+    not_replayed = 0
+    for i, sh in enumerate(order):
+        runs[sh] = runs.get(sh, 0) + 1
+        not_replayed += i >= warmup and runs[sh] <= 2
+    return {"distinct": len(runs), "timed_steps_not_replayed": not_replayed}
+
+
 class _Run:
     """One variant's trainer, batches and clocks: warmed once, then timed in one segment
     (``run_variant``) or in several interleaved with other variants' (``run_train_bench``'s
@@ -446,6 +469,8 @@ class _Run:
             "losses": losses, "system": "sentence-transformers" if v.peer else "supergrep",
             **(self.trainer.describe() if hasattr(self.trainer, "describe") else {}),
         }
+        row["step_shapes"] = graph_steps([step_shape(b, self.wl.doc_cap, v.pad_multiple, v.attn, v.static)
+                                          for b in self.batches], self.warmup, n)
         if n > 1:  # each segment's rate: the spread says how far one window's figure can be trusted
             row["segments_samples_per_s"] = [steps * bs / t for t in self.segments]
         return row
