@@ -5,9 +5,9 @@ runs under CUDA graphs (sixth session: MiniLM, padded; twenty-second: xtr-base, 
 fp8 + static_shapes). This bisects it: a 2-layer T5 in xtr-base's widths (~100 s to compile on
 a fresh machine, less once Inductor's cache is warm), one `bench train` process per configuration
 (a segfault ends only that one), and for a crash the Inductor file and line the faulthandler
-stack names, copied out with the lines before it, so the failing call is read rather than guessed. (It found the cause: the
-loss's Python floats passed as 0-d CPU tensors, fixed by ``torch_train.compile_step_fn``;
-``benchmarks/results/cudagraphs-2026-11-28/``.)
+stack names, copied out with the lines before it, so the failing call is read rather than
+guessed. (It found the cause: the loss's Python floats passed as 0-d CPU tensors, fixed by
+``torch_train.compile_step_fn``; ``benchmarks/results/cudagraphs-2026-11-28/``.)
 
     python3 benchmarks/cudagraph_probe.py --model-path .gpu/tok --out /tmp/out/cg \
         --config "bf16+cudagraphs" --config "bf16+compile" ...
