@@ -7,7 +7,7 @@ a fresh machine, less once Inductor's cache is warm), one `bench train` process 
 (a segfault ends only that one), and for a crash the Inductor file and line the faulthandler
 stack names, copied out with the lines before it, so the failing call is read rather than
 guessed. (It found the cause: the loss's Python floats passed as 0-d CPU tensors, fixed by
-``torch_train.compile_step_fn``; ``benchmarks/results/cudagraphs-2026-11-28/``.)
+``torch_compile.compile_dynamic``; ``benchmarks/results/cudagraphs-2026-11-28/``.)
 
     python3 benchmarks/cudagraph_probe.py --model-path .gpu/tok --out /tmp/out/cg \
         --config "bf16+cudagraphs" --config "bf16+compile" ...

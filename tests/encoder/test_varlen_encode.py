@@ -119,7 +119,8 @@ def test_compiling_the_flat_forward_waits_until_it_pays(zoo, monkeypatch):
     be.forward_flat(ids, np.array([8]))
     assert not compiled and be._flat_tokens == 8
     be.forward_flat(ids, np.array([5, 3]))
-    assert compiled == [{"dynamic": True}] and be._flat_compile_after is None
+    assert len(compiled) == 1 and compiled[0]["dynamic"] is True and compiled[0]["mode"] is None
+    assert be._flat_compile_after is None
     be.forward_flat(ids, np.array([8]))
     assert len(compiled) == 1  # once
 
@@ -248,3 +249,26 @@ def test_flat_batches_are_the_greedy_longest_first_packing():
         limit = int(rng.integers(1, 2000))
         assert flat_batches(lengths, limit) == greedy(lengths, limit)
     assert flat_batches([], 10) == [] and flat_batches([0, 0], 10) == [] and flat_batches([50, 3], 10) == [[0], [1]]
+
+
+@pytest.mark.parametrize("name", ["bert", "t5-encoder-json-safetensors"])
+def test_compiled_flat_forward_takes_constants_as_constants(zoo, name, monkeypatch):
+    """The compiled flat forward (`set_flat_mode("compile")`) specialises Python floats (an
+    attention scale, T5's bucket arithmetic): unspecialised, Dynamo passes them in as 0-d CPU
+    tensors, copied to the device on every call (backends/torch_compile.py)."""
+    import torch
+
+    seen: list[list] = []
+
+    def record(gm, example_inputs):
+        seen.append(list(example_inputs))
+        return gm.forward
+
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real(fn, **{**kw, "backend": record}))
+    _, flat = _encoders(zoo.path(name), 4096)
+    flat.backend.set_flat_mode("compile")
+    got = flat.encode_documents(DOCS)
+    assert seen and len(got) == len(DOCS)
+    scalars = [x for g in seen for x in g if torch.is_tensor(x) and x.ndim == 0]
+    assert not scalars, f"{len(scalars)} 0-d tensor inputs: floats reached the graphs as tensors"

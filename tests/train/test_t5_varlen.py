@@ -380,8 +380,8 @@ def test_compiled_step_functions_take_the_loss_constants_as_constants():
     the loss's temperature, margin and weights in as 0-d CPU tensors, which the backward copies
     through a CPU kernel each step and which segfault the backward under CUDA graphs (H100,
     benchmarks/cudagraph_probe.py). The graph's inputs are the tensors and sizes only."""
+    from supergrep.backends.torch_compile import compile_dynamic
     from supergrep.backends.torch_ops import TorchOps
-    from supergrep.backends.torch_train import compile_step_fn
     from supergrep.train.losses import contrastive_loss
 
     loss_fn, ops = contrastive_loss(), TorchOps(torch.device("cpu"))
@@ -391,7 +391,7 @@ def test_compiled_step_functions_take_the_loss_constants_as_constants():
         inputs.append(list(example_inputs))
         return gm.forward
 
-    fn = compile_step_fn(lambda q, qm, d, dm: loss_fn(ops, q, qm, d, dm), backend=record)
+    fn = compile_dynamic(lambda q, qm, d, dm: loss_fn(ops, q, qm, d, dm), backend=record)
     q, d = torch.randn(4, 8, 16, requires_grad=True), torch.randn(4, 24, 16, requires_grad=True)
     loss, _ = fn(q, torch.ones(4, 8, dtype=torch.bool), d, torch.ones(4, 24, dtype=torch.bool))
     loss.backward()

@@ -24,6 +24,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
 
+from supergrep.backends.torch_compile import compile_dynamic  # noqa: E402
+
 # Encoder-decoder families whose encoder stack has a class of its own (decoder never loaded).
 ENCODER_CLASSES = {
     "t5": "T5EncoderModel",
@@ -435,8 +437,7 @@ class TorchBackend:
         if mode == "eager":
             self._flat = self._flat_impl
         else:
-            kw = {"mode": "max-autotune-no-cudagraphs"} if mode == "autotune" else {}
-            self._flat = torch.compile(self._flat_impl, dynamic=True, **kw)
+            self._flat = compile_dynamic(self._flat_impl, "max-autotune-no-cudagraphs" if mode == "autotune" else None)
 
     def _run_flat(self, ids, cu, pos, max_len: int) -> torch.Tensor:
         """The flat forward, compiled if it is; a compilation that fails (no compiler, an Inductor

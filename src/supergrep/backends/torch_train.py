@@ -31,6 +31,7 @@ from torch import nn
 
 from supergrep.backends.adapters import projection_init
 from supergrep.backends.torch_backend import build_dense, load_encoder, pick_device
+from supergrep.backends.torch_compile import compile_dynamic
 from supergrep.backends.torch_lora import adapter_state, linear_to_lora_layers, load_adapter_state
 from supergrep.backends.torch_ops import TorchOps
 from supergrep.errors import TrainingError, UsageError
@@ -143,17 +144,6 @@ def set_model_dropout(model: nn.Module, p: float) -> int:
     return n
 
 
-def compile_step_fn(fn, mode: str | None = None, backend="inductor"):
-    """``torch.compile(fn, dynamic=True)`` with Python floats specialised (Dynamo's
-    ``specialize_float``, off by default in torch 2.11): otherwise the loss's constants
-    (temperature, margin, weights) enter the graph as 0-d CPU tensors, which the backward copies
-    through a CPU kernel every step and which crash the backward under CUDA graphs (a segfault
-    reading them, torch 2.11 on an H100: ``benchmarks/cudagraph_probe.py``). They never change
-    during a run, so a constant costs no recompiles."""
-    compiled = torch.compile(fn, dynamic=True, mode=mode, backend=backend)
-    return torch._dynamo.config.patch(specialize_float=True)(compiled)
-
-
 class TorchTrainer:
     """Trains ``spec``'s model with LoRA; see the module docstring for one step."""
 
@@ -206,9 +196,9 @@ class TorchTrainer:
         self.model.train()
         mode = None if cfg.compile_mode == "default" else cfg.compile_mode
         self._cudagraphs = cfg.compile and self.device.type == "cuda" and cfg.compile_mode == "reduce-overhead"
-        self._encode_impl = compile_step_fn(self._encode_eager, mode) if cfg.compile else self._encode_eager
+        self._encode_impl = compile_dynamic(self._encode_eager, mode) if cfg.compile else self._encode_eager
         self._pack_offset = self._packing_positions(spec.model_type, model) if cfg.packing else None
-        self._encode_packed_impl = (compile_step_fn(self._encode_packed_eager, mode) if cfg.compile
+        self._encode_packed_impl = (compile_dynamic(self._encode_packed_eager, mode) if cfg.compile
                                     else self._encode_packed_eager)
         self._flex = cfg.attn_implementation == "flex"
         self._varlen = cfg.attn_implementation == "varlen"
@@ -222,12 +212,12 @@ class TorchTrainer:
             raise UsageError(f"attn_implementation varlen is implemented for T5, BERT and RoBERTa encoders, not "
                              f"{spec.model_type}; use sdpa")
         self._pad_id = int(getattr(model.config, "pad_token_id", 0) or 0)
-        self._encode_flex_impl = compile_step_fn(self._encode_flex_eager, mode) if cfg.compile else self._encode_flex_eager
-        self._encode_varlen_impl = (compile_step_fn(self._encode_varlen_eager, mode) if cfg.compile
+        self._encode_flex_impl = compile_dynamic(self._encode_flex_eager, mode) if cfg.compile else self._encode_flex_eager
+        self._encode_varlen_impl = (compile_dynamic(self._encode_varlen_eager, mode) if cfg.compile
                                     else self._encode_varlen_eager)
         # The loss too (MaxSim's masking and maxima over the (queries, tokens, documents, tokens)
         # similarities as one fused pass each way, instead of a dozen eager kernels per chunk).
-        self._loss_impl = compile_step_fn(self._loss_eager, mode) if cfg.compile else self._loss_eager
+        self._loss_impl = compile_dynamic(self._loss_eager, mode) if cfg.compile else self._loss_eager
         self.params = self._named_trainable()
         decay = [p for n, p in self.params.items() if p.ndim >= 2]
         no_decay = [p for n, p in self.params.items() if p.ndim < 2]
