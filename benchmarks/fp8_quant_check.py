@@ -5,7 +5,10 @@ GELU's backward feeding the wi projections' input-gradient product, compiled bot
 - ``compiled``: ``quantize_rows`` fused by Inductor into the GELU backward (a looped reduction
   over 4,096-wide rows that computes the gradient for the amax, then again for the cast);
 - ``kernel``: Inductor writes the bf16 gradient (LoRA's weight gradients read it anyway), then
-  ``quantize_rows_op`` reads it once.
+  ``quantize_rows_op`` reads it once;
+- ``gated_op`` (train config ``fp8_quantize: gated``): ``gated_gelu_backward_fp8``, the GELU
+  backward and the quantisation in one Triton kernel (``triton_gated_gelu.py``), checked against
+  the compiled form (bf16 gradient, float8 bytes, scales).
 
     PYTHONPATH=src python3 benchmarks/fp8_quant_check.py [--tokens 36864] [--out FILE.json]
 """
@@ -17,7 +20,7 @@ import json
 
 import torch
 
-from supergrep.backends.torch_fp8 import quantize_rows, quantize_rows_op
+from supergrep.backends.torch_fp8 import gated_gelu_backward_fp8, quantize_rows, quantize_rows_op
 
 
 def gelu_new(x):
@@ -93,12 +96,28 @@ def main() -> None:
     fs = torch.compile(step_compiled, dynamic=True)  # the old form, width symbolic, for comparison
     gc, qc, sc = fc(h, dh)
     gk, qk, sk = fk(h, dh)
+    # fp8_quantize "gated": the GELU backward and the quantisation as one Triton kernel, one read a row
+    gg, qg, sg = gated_gelu_backward_fp8(h, dh, ff)
     report["gated_backward"] = {
         "g_equal": bool(torch.equal(gc, gk)),
         "fp8_bytes_equal": (qc.view(torch.uint8) == qk.view(torch.uint8)).float().mean().item(),
+        "gated_op_g_max_rel_diff": float((gg.float() - gc.float()).abs().max() / gc.float().abs().max()),
+        "gated_op_g_equal_share": (gg == gc).float().mean().item(),
+        "gated_op_fp8_bytes_equal": (qg.view(torch.uint8) == qc.view(torch.uint8)).float().mean().item(),
+        "gated_op_scales_equal": (sg == sc).float().mean().item(),
+        "ms_gated_op": timed(gated_gelu_backward_fp8, h, dh, ff),
         "ms_compiled": timed(fc, h, dh), "ms_kernel": timed(fk, h, dh),
         "ms_compiled_symbolic_width": timed(fs, h, dh, ff),
         "bytes_bound_ms": (h.shape[0] * (2 * ff * 2 + ff * 2 + 2 * ff * 2 + 2 * ff)) / 3.35e9}  # H100 HBM3
+    from supergrep.backends import triton_gated_gelu
+
+    sweep = {}
+    for bm, warps in ((1, 4), (1, 8), (1, 16), (2, 8), (2, 16), (4, 16)):
+        try:
+            sweep[f"{bm}x{warps}"] = timed(lambda h, dh, c=(bm, warps): triton_gated_gelu.gated_gelu_backward_fp8(h, dh, ff, config=c), h, dh)
+        except Exception as e:  # a config the compiler refuses (registers): recorded, not fatal
+            sweep[f"{bm}x{warps}"] = repr(e)[:200]
+    report["gated_backward"]["ms_gated_op_by_block_m_x_warps"] = sweep
     print("gated backward", json.dumps(report["gated_backward"]), flush=True)
     if args.out:
         with open(args.out, "w") as f:

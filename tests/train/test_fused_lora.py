@@ -356,5 +356,129 @@ def test_fp8_kernel_quantisation_compiles_and_matches_the_fused_form():
     assert _rel(got[0], fused[0]) < 1e-3 and _rel(got[1], fused[1]) < 1e-3
     for i in range(3):
         assert _rel(got[2][i], fused[2][i]) < 1e-3 and _rel(got[3][i], fused[3][i]) < 1e-3
-    with pytest.raises(ValueError, match="compiled or kernel"):
+    with pytest.raises(ValueError, match="compiled, kernel or gated"):
         set_fp8_products(model, True, "row", "triton")
+
+
+# -- fp8_quantize "gated": T5's gated GELU backward and its quantisation as one op ----------------
+
+GATED_CHECK = r"""
+import json, torch
+from supergrep.backends import triton_gated_gelu as k
+from supergrep.backends.torch_fp8 import gated_gelu_backward, gated_gelu_backward_fp8, quantize_rows
+out = {}
+for width in (24, 64, 2048):
+    gen = torch.Generator().manual_seed(width)
+    h = (torch.randn(7, 2 * width + 16, generator=gen) * 3).to(torch.bfloat16)  # + LoRA's u columns
+    d = (torch.randn(7, width + 16, generator=gen) * 1e-3).to(torch.bfloat16)[:, :width]  # a strided view
+    d[1] = 0  # a row of zeros: scale 1
+    h[2, 3] = 40.0  # tanh saturates
+    h[3, 4] = -40.0
+    ref = gated_gelu_backward(h, d, width)
+    g, q32, s = k.gated_gelu_backward_fp8(h, d, width, out_fp32=True)
+    g8, q8, s8 = gated_gelu_backward_fp8(h, d, width)
+    rs = quantize_rows(g)[1]
+    out[str(width)] = [
+        float((g.float() - ref.float()).abs().max() / ref.float().abs().max()) < 1e-2,  # bf16 rounding at most
+        torch.equal(s, rs), torch.equal(q32, (g.float() / rs).clamp(-448, 448)),
+        torch.equal(g8, g), torch.equal(s8, s), q8.dtype == torch.float8_e4m3fn and q8.is_contiguous(),
+        list(g.shape) == [7, 2 * width] and g.dtype == torch.bfloat16, bool(torch.all(g[1] == 0)),
+        bool(torch.isfinite(g).all())]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton (its CPU interpreter runs the kernel)")
+def test_the_gated_gelu_backward_kernel_matches_torch_in_the_interpreter():
+    """The Triton gated-GELU backward (fp8_quantize: gated) gives torch's gradient (to bf16
+    rounding), and its scales and scaled values are exactly quantize_rows of the bf16 gradient it
+    wrote; strided inputs, rows of zeros and saturated tanh included."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    res = subprocess.run([sys.executable, "-c", GATED_CHECK], env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert len(out) == 3
+    for key, checks in out.items():
+        assert all(checks), (key, checks)
+
+
+def _gated_reference(x, mods):
+    from supergrep.backends.torch_fp8 import gated_gelu
+
+    y = torch.cat([m(x) for m in mods], dim=-1)
+    return gated_gelu(y.reshape(-1, y.shape[-1]), y.shape[-1] // 2).reshape(*y.shape[:-1], -1)
+
+
+def _gated_fp8(seed, quantize):
+    from supergrep.backends.torch_train import set_fp8_products
+
+    model = nn.Sequential(*_mods((48, 48), 32, seed=seed))
+    set_fp8_products(model, True, "row", quantize)
+    return list(model)
+
+
+def test_gated_fp8_path_tracks_the_exact_modules_and_the_compiled_quantisation():
+    """fused_lora_linear(gated=True) with fp8_quantize "gated": the output and every gradient land
+    where the exact float32 modules' do (within float8's error), and where the same float8 path
+    with the gradient quantised by quantize_rows lands (to rounding): the op computes that
+    gradient and its float8 form, and ran once, in the backward."""
+    from supergrep.backends.torch_fused_lora import gated_fusable
+
+    x = _x("btd", 32, 102)
+    g = torch.randn(2, 7, 48, generator=torch.Generator().manual_seed(103))
+    ref = _run(_gated_reference, x, _mods((48, 48), 32, seed=101), g)
+    mods = _gated_fp8(101, "gated")
+    act = nn.GELU(approximate="tanh")
+    assert gated_fusable(mods, act)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        got = _run(lambda x, ms: fused_lora_linear(x, ms, gated=True), x, mods, g)
+    assert sum(e.name == "supergrep::gated_gelu_bwd_fp8" for e in prof.events()) == 1
+    compiled_q = _run(lambda x, ms: _gated_reference_fp8(x, ms), x, _gated_fp8(101, "compiled"), g)
+    # float8's error compounds through the gate's product (~5-13% here, the same on both float8
+    # paths), where a dropped term or a wrong derivative would be off by O(1)
+    for i in range(2):
+        assert _rel(got[i], ref[i]) < 0.2
+        assert _rel(got[i], compiled_q[i]) < 1e-5
+    for j in (2, 3):
+        for i in range(2):
+            assert _rel(got[j][i], ref[j][i]) < 0.2
+            assert _rel(got[j][i], compiled_q[j][i]) < 1e-5
+
+
+def _gated_reference_fp8(x, mods):
+    from supergrep.backends.torch_fp8 import gated_gelu
+
+    y = fused_lora_linear(x, mods)
+    return gated_gelu(y.reshape(-1, y.shape[-1]), y.shape[-1] // 2).reshape(*y.shape[:-1], -1)
+
+
+def test_gated_fp8_path_compiles_with_dynamic_token_counts():
+    torch._dynamo.reset()
+    mods = _gated_fp8(111, "gated")
+    compiled = torch.compile(lambda x, ms: fused_lora_linear(x, ms, gated=True), dynamic=True)
+    for n, seed in ((40, 112), (24, 113)):
+        x = torch.randn(n, 32, generator=torch.Generator().manual_seed(seed))
+        g = torch.randn(n, 48, generator=torch.Generator().manual_seed(seed + 10))
+        eager = _run(lambda x, ms: fused_lora_linear(x, ms, gated=True), x, mods, g)
+        _run(compiled, x, mods, g)  # compiles outside the profile (tracing calls the op's fake form)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            comp = _run(compiled, x, mods, g)
+        assert sum(e.name == "supergrep::gated_gelu_bwd_fp8" for e in prof.events()) == 1
+        assert _rel(comp[0], eager[0]) < 1e-2 and _rel(comp[1], eager[1]) < 1e-2
+        for i in range(2):
+            assert _rel(comp[2][i], eager[2][i]) < 1e-2 and _rel(comp[3][i], eager[3][i]) < 1e-2
+
+
+def test_gated_fusable_takes_only_what_the_kernel_computes():
+    from supergrep.backends.torch_fused_lora import gated_fusable
+    from supergrep.backends.torch_train import set_fp8_products
+
+    tanh = nn.GELU(approximate="tanh")
+    assert gated_fusable(_gated_fp8(121, "gated"), tanh)
+    assert not gated_fusable(_gated_fp8(121, "gated"), nn.GELU())  # erf GELU: another derivative
+    assert not gated_fusable(_gated_fp8(121, "gated"), nn.ReLU())
+    assert not gated_fusable(_gated_fp8(121, "compiled"), tanh)
+    assert not gated_fusable(_mods((48, 48), 32, seed=121), tanh)  # no float8
+    uneven = nn.Sequential(*_mods((48, 32), 32, seed=121))
+    set_fp8_products(uneven, True, "row", "gated")
+    assert not gated_fusable(list(uneven), tanh)

@@ -106,6 +106,50 @@ def quantize_rows_op(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return _quantize_rows_op(x)
 
 
+GELU_K0, GELU_K1 = 0.7978845608028654, 0.044715  # sqrt(2 / pi) and the cubic term of tanh-GELU
+
+
+def gated_gelu(h: torch.Tensor, width: int) -> torch.Tensor:
+    """``gelu_tanh(h[:, :width]) * h[:, width:2 * width]`` (T5 v1.1's gated feed-forward, HF's
+    ``gelu_new``), computed in float32 and returned in h's dtype."""
+    a, b = h[..., :width].float(), h[..., width:2 * width].float()
+    return (0.5 * a * (1.0 + torch.tanh(GELU_K0 * (a + GELU_K1 * a * a * a))) * b).to(h.dtype)
+
+
+def gated_gelu_backward(h: torch.Tensor, d: torch.Tensor, width: int) -> torch.Tensor:
+    """The gradient of ``gated_gelu(h, width)`` w.r.t. h[:, :2 * width] for the upstream gradient
+    ``d``: (N, 2 * width) in h's dtype, computed in float32."""
+    a, b, d = h[:, :width].float(), h[:, width:2 * width].float(), d.float()
+    t = torch.tanh(GELU_K0 * (a + GELU_K1 * a * a * a))
+    dgelu = 0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * GELU_K0 * (1.0 + 3.0 * GELU_K1 * a * a)
+    return torch.cat([d * b * dgelu, d * 0.5 * a * (1.0 + t)], dim=1).to(h.dtype)
+
+
+@torch.library.custom_op("supergrep::gated_gelu_bwd_fp8", mutates_args=())
+def _gated_gelu_bwd_op(h: torch.Tensor, d: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if (h.is_cuda or os.environ.get("TRITON_INTERPRET") == "1") and _triton_quant():
+        from supergrep.backends import triton_gated_gelu
+
+        return triton_gated_gelu.gated_gelu_backward_fp8(h, d, width)
+    g = gated_gelu_backward(h, d, width)
+    q, s = quantize_rows(g)
+    return g, q.contiguous(), s
+
+
+@_gated_gelu_bwd_op.register_fake
+def _(h, d, width):
+    n = h.shape[0]
+    return (h.new_empty((n, 2 * width)), h.new_empty((n, 2 * width), dtype=FP8),
+            h.new_empty((n, 1), dtype=torch.float32))
+
+
+def gated_gelu_backward_fp8(h: torch.Tensor, d: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dh, *quantize_rows(dh)) with dh = ``gated_gelu_backward(h, d, width)``, as one opaque op:
+    on CUDA one Triton kernel that reads each row once (``triton_gated_gelu.py``, train config
+    ``fp8_quantize: gated``), elsewhere the torch form. No autograd: for the backward."""
+    return _gated_gelu_bwd_op(h, d, width)
+
+
 def quantize_tensor(x: torch.Tensor, amax: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(x / s) in float8 and one float32 scale s = amax / 448 (0-d) for the whole tensor (or for
     the given ``amax``, e.g. a weight group's)."""

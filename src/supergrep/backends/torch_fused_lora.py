@@ -36,7 +36,15 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from supergrep.backends.torch_fp8 import FP8, FP8_MAX, _mm, quantize_rows, quantize_rows_op
+from supergrep.backends.torch_fp8 import (
+    FP8,
+    FP8_MAX,
+    _mm,
+    gated_gelu,
+    gated_gelu_backward_fp8,
+    quantize_rows,
+    quantize_rows_op,
+)
 from supergrep.backends.torch_lora import LoRALinear
 
 
@@ -217,7 +225,54 @@ class _FusedLoRAFp8(torch.autograd.Function):
         return (gx, ga, gb) + (None,) * 12
 
 
-def fused_lora_linear(x: torch.Tensor, mods: Sequence[LoRALinear]) -> torch.Tensor:
+class _FusedLoRAFp8Gated(torch.autograd.Function):
+    """``_FusedLoRAFp8`` of the fused wi_0/wi_1 projection followed by T5's gated GELU: returns
+    ``a = gelu_tanh(y0) * y1``. The backward takes da, and the gated GELU's backward with the
+    float8 quantisation of its result runs as one op (``torch_fp8.gated_gelu_backward_fp8``: a
+    Triton kernel on CUDA, one read a row), feeding the same input-gradient product and LoRA
+    gradients as ``_FusedLoRAFp8`` (train config ``fp8_quantize: gated``)."""
+
+    @staticmethod
+    def forward(ctx, x, a, b, xq, xs, fq, fs, gq, gs, bd, bias, n_out, outs, scale):
+        h = _fp8_mm(xq, xs, fq, fs, x.dtype, n_out + a.shape[0], bias)
+        y = h[:, :n_out]
+        u = h[:, n_out:].contiguous()
+        ctx.save_for_backward(x, u, gq, gs, bd, y)
+        ctx.outs, ctx.scale, ctx.device_type = outs, scale, x.device.type
+        return gated_gelu(y, n_out // 2)
+
+    @staticmethod
+    def backward(ctx, da):
+        x, u, gq, gs, bd, y = ctx.saved_tensors
+        outs, scale = ctx.outs, ctx.scale
+        need_x, need_a, need_b = ctx.needs_input_grad[:3]
+        gx = v = None
+        with torch.autocast(ctx.device_type, enabled=False):
+            g, g8, g8s = gated_gelu_backward_fp8(y, da.to(x.dtype), y.shape[1] // 2)
+            if need_x:
+                n_in = x.shape[1]
+                h = _fp8_mm(g8, g8s, gq, gs, x.dtype, n_in + bd.shape[1])
+                gx, v = h[:, :n_in], h[:, n_in:]
+            elif need_a:
+                v = g @ bd
+            ga, gb = _lora_grads(g, x, u, v, outs, scale, need_a, need_b)
+        return (gx, ga, gb) + (None,) * 11
+
+
+def gated_fusable(mods: Sequence[nn.Module], act: nn.Module) -> bool:
+    """Whether ``fused_lora_linear(x, mods, gated=True)`` takes the one-kernel backward for
+    ``act(wi_0 x) * wi_1 x``: two fusable float8 projections of equal width set to
+    ``fp8_quantize: gated``, a tanh-GELU activation (HF ``gelu_new`` / ``gelu_pytorch_tanh``)."""
+    if len(mods) != 2 or not fusable(mods) or not mods[0].fp8 or getattr(mods[0], "fp8_quantize", "") != "gated":
+        return False
+    outs = tuple(m.out_features for m in mods)
+    name = type(act).__name__
+    tanh = name == "NewGELUActivation" or (name in ("PytorchGELUTanh", "GELUTanh")) or (
+        isinstance(act, nn.GELU) and act.approximate == "tanh")
+    return tanh and outs[0] == outs[1] and fp8_shapes_ok(mods[0].in_features, outs)
+
+
+def fused_lora_linear(x: torch.Tensor, mods: Sequence[LoRALinear], gated: bool = False) -> torch.Tensor:
     """``torch.cat([m(x) for m in mods], dim=-1)`` with no extra pass over the activations in
     forward and two in backward (module docstring).
 
@@ -225,7 +280,9 @@ def fused_lora_linear(x: torch.Tensor, mods: Sequence[LoRALinear]) -> torch.Tens
     autocast dtype (as ``F.linear`` would) and so does the output; otherwise in ``x.dtype``.
     The output may be a strided view (one GEMM writes it beside ``x A^T``). With ``mods[0].fp8``
     and sizes float8 products take (``fp8_shapes_ok``) the two large GEMMs run in float8
-    (module docstring); otherwise in the compute dtype.
+    (module docstring); otherwise in the compute dtype. ``gated`` (two modules of equal width,
+    ``gated_fusable``): returns T5's ``gelu_tanh(y0) * y1`` of the two outputs instead, its
+    backward one op with the float8 quantisation (``_FusedLoRAFp8Gated``).
     """
     dev = x.device.type
     dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
@@ -248,14 +305,21 @@ def fused_lora_linear(x: torch.Tensor, mods: Sequence[LoRALinear]) -> torch.Tens
                     xq, xs = quantize_delayed(x2.detach(), amax)
                 else:
                     xq, xs = (quantize_rows_op if kernel else quantize_rows)(x2.detach())
+            if grad and gated:
+                y = _FusedLoRAFp8Gated.apply(x2, a, b, xq, xs, *ops, w.shape[0], outs, m0.scale)
+                return y.reshape(*x.shape[:-1], y.shape[-1])
             if grad:
                 y = _FusedLoRAFp8.apply(x2, a, b, xq, xs, *ops, w.shape[0], outs, m0.scale, kernel)
             else:
                 y = _fp8_mm(xq, xs, ops[0], ops[1], dtype, w.shape[0] + a.shape[0], ops[5])[:, :w.shape[0]]
+        if gated:
+            y = gated_gelu(y, y.shape[1] // 2)
         return y.reshape(*x.shape[:-1], y.shape[-1])
     with torch.autocast(dev, enabled=False):
         if torch.is_grad_enabled() and (x2.requires_grad or a.requires_grad or b.requires_grad):
             y = _FusedLoRA.apply(x2, w, a, b, bias, outs, m0.scale, dtype)
         else:
             y = _forward(x2, w, a, b, bias, outs, m0.scale, dtype)[0]
+        if gated:
+            y = gated_gelu(y, y.shape[1] // 2)
     return y.reshape(*x.shape[:-1], y.shape[-1])

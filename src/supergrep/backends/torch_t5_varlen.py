@@ -22,7 +22,7 @@ from torch import nn
 
 from supergrep.backends.t5_attention import t5_varlen_attention, use_dense_bias
 from supergrep.backends.torch_fp8 import fp8_linear, is_fp8
-from supergrep.backends.torch_fused_lora import fusable, fused_lora_linear
+from supergrep.backends.torch_fused_lora import fusable, fused_lora_linear, gated_fusable
 from supergrep.backends.torch_t5_flex import bias_table
 
 
@@ -65,7 +65,9 @@ def varlen_forward(encoder: nn.Module, ids: torch.Tensor, cu: torch.Tensor, max_
         h = h + sa_layer.dropout(project(o, [sa.o], fuse))
         ff = ff_layer.DenseReluDense
         x = ff_layer.layer_norm(h)
-        if hasattr(ff, "wi_0"):  # gated (T5 v1.1, XTR): act(wi_0 x) * wi_1 x
+        if hasattr(ff, "wi_0") and fuse and torch.is_grad_enabled() and gated_fusable([ff.wi_0, ff.wi_1], ff.act):
+            a = fused_lora_linear(x, [ff.wi_0, ff.wi_1], gated=True)  # fp8_quantize: gated
+        elif hasattr(ff, "wi_0"):  # gated (T5 v1.1, XTR): act(wi_0 x) * wi_1 x
             g = project(x, [ff.wi_0, ff.wi_1], fuse)
             width = g.shape[-1] // 2
             a = ff.act(g[..., :width]) * g[..., width:]

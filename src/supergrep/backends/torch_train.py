@@ -99,14 +99,16 @@ def set_fp8_products(model: nn.Module, on: bool, scaling: str = "row", quantize:
     returns how many were switched. Projections whose sizes float8 cannot take stay in bf16.
     ``scaling``: the forward's input quantised per row ("row") or with the previous step's
     amax ("delayed": a non-persistent 1-element buffer per projection, ``quantize_delayed``).
-    ``quantize``: the row quantisations fused by the compiler into their producers ("compiled")
-    or run as one opaque op each ("kernel": ``torch_fp8.quantize_rows_op``)."""
+    ``quantize``: the row quantisations fused by the compiler into their producers ("compiled"),
+    run as one opaque op each ("kernel": ``torch_fp8.quantize_rows_op``), or compiled except
+    T5's gated GELU backward, which runs with its quantisation as one op ("gated":
+    ``torch_fp8.gated_gelu_backward_fp8``)."""
     from supergrep.backends.torch_lora import LoRALinear
 
     if scaling not in ("row", "delayed"):
         raise ValueError(f"fp8 scaling must be row or delayed, not {scaling!r}")
-    if quantize not in ("compiled", "kernel"):
-        raise ValueError(f"fp8 quantize must be compiled or kernel, not {quantize!r}")
+    if quantize not in ("compiled", "kernel", "gated"):
+        raise ValueError(f"fp8 quantize must be compiled, kernel or gated, not {quantize!r}")
     n = 0
     for m in model.modules():
         if isinstance(m, LoRALinear):

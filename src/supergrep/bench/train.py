@@ -12,6 +12,8 @@ A variant is written as ``+``-joined tokens (``bf16+compile+packing``):
                               CUDA with float8 tensor cores)
     fp8d                      the same with delayed scaling of the forward's inputs (fp8_scaling: delayed)
     fp8k                      fp8 with the row quantisations as one Triton kernel each (fp8_quantize: kernel)
+    fp8g                      fp8 with T5's gated GELU backward and its quantisation as one Triton kernel
+                              (fp8_quantize: gated)
     autotune                  compile with mode max-autotune-no-cudagraphs: Inductor's own Triton GEMM
                               templates where they win, with the pointwise ops fused into them
     pad=N                     round document widths (and packed rows) up to a multiple of N (default 8):
@@ -84,7 +86,7 @@ class Variant:
     dropout: bool = True  # token `nodropout`: model_dropout 0 (the encoder's dropout layers removed)
     fp8: bool = False  # token `fp8`: fp8_products (float8 GEMMs for the frozen projections)
     fp8_scaling: str = "row"  # token `fp8d`: "delayed"
-    fp8_quantize: str = "compiled"  # token `fp8k`: "kernel"
+    fp8_quantize: str = "compiled"  # token `fp8k`: "kernel", `fp8g`: "gated"
     pad_multiple: int = 8  # document and packed-row widths round up to this (token `pad=N`)
     static: bool = False  # token `static`: train config static_shapes
     ckpt: bool = False
@@ -160,6 +162,8 @@ def parse_variant(text: str) -> Variant:
             kw.update(fp8=True, fp8_scaling="delayed")
         elif tok == "fp8k":
             kw.update(fp8=True, fp8_quantize="kernel")
+        elif tok == "fp8g":
+            kw.update(fp8=True, fp8_quantize="gated")
         elif tok == "autotune":
             kw.update(compile=True, compile_mode="max-autotune-no-cudagraphs")
         elif tok.startswith("pad="):
@@ -234,7 +238,7 @@ def variant_name(v: Variant) -> str:
     parts += [t for t, on in (("compile", v.compile), ("cudagraphs", v.compile_mode == "reduce-overhead"),
                               ("autotune", v.compile_mode == "max-autotune-no-cudagraphs"), ("notf32", not v.tf32), ("nodropout", not v.dropout),
                               ("fp8", v.fp8 and v.fp8_scaling == "row" and v.fp8_quantize == "compiled"),
-                              ("fp8d", v.fp8 and v.fp8_scaling == "delayed"), ("fp8k", v.fp8 and v.fp8_quantize == "kernel"), ("static", v.static), ("ckpt", v.ckpt), ("packing", v.packing), ("sync", v.sync), ("peer", v.peer)) if on]
+                              ("fp8d", v.fp8 and v.fp8_scaling == "delayed"), ("fp8k", v.fp8 and v.fp8_quantize == "kernel"), ("fp8g", v.fp8 and v.fp8_quantize == "gated"), ("static", v.static), ("ckpt", v.ckpt), ("packing", v.packing), ("sync", v.sync), ("peer", v.peer)) if on]
     if v.pad_multiple != 8:
         parts.append(f"pad={v.pad_multiple}")
     if v.attn != "sdpa":
