@@ -18,7 +18,8 @@ calls by input shape.
 each state (so a switch that changes the compiled code compiles outside the timing), then timed
 segments of ``--steps`` steps alternate ``ATTR = True`` / ``False`` (both orders, ``--rounds``
 pairs), then each state is profiled. ``--ab fp8_kernel`` switches the float8 row quantisations
-between the Triton kernel and Inductor's fused form (train config ``fp8_quantize``). Example (a boolean attribute of the trainer; ``stage_copies`` was one, measured and removed):
+between the Triton kernel and Inductor's fused form (train config ``fp8_quantize``), ``--ab
+fp8_gated`` the gated GELU backward between its one-kernel form and Inductor's. Example (a boolean attribute of the trainer; ``stage_copies`` was one, measured and removed):
 
     python benchmarks/step_trace.py --model-path .gpu/minilm-fp16 \
         --variants bs=192+bf16+compile+varlen+packing --warmup 60 --steps 20 --ab stage_copies --out $OUT/ab
@@ -225,15 +226,15 @@ def save(out: Path, safe: str, res: dict, lines: list[str]) -> None:
 
 
 def set_state(tr, attr: str, state: bool) -> None:
-    """``--ab``: a boolean trainer attribute, or ``fp8_kernel`` (every LoRA projection's
-    ``fp8_quantize``: "kernel" when True, "compiled" when False; torch.compile recompiles once per
-    state, in the untimed segments before the timed ones)."""
-    if attr == "fp8_kernel":
+    """``--ab``: a boolean trainer attribute, or ``fp8_kernel`` / ``fp8_gated`` (every LoRA
+    projection's ``fp8_quantize``: "kernel" / "gated" when True, "compiled" when False;
+    torch.compile recompiles once per state, in the untimed segments before the timed ones)."""
+    if attr in ("fp8_kernel", "fp8_gated"):
         from supergrep.backends.torch_lora import LoRALinear
 
         for m in tr.model.modules():
             if isinstance(m, LoRALinear):
-                m.fp8_quantize = "kernel" if state else "compiled"
+                m.fp8_quantize = ("kernel" if attr == "fp8_kernel" else "gated") if state else "compiled"
     else:
         setattr(tr, attr, state)
 
