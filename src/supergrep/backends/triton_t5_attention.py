@@ -15,13 +15,16 @@ offsets. The bias of query position i and key position j of one document is
 so a (H, 2 * dist + 1) table indexed by clamped relative position holds all of them.
 
 Imported only where Triton is installed (CUDA machines, or CPU tests under TRITON_INTERPRET=1);
-``t5_attention.py`` falls back to the same attention written in torch elsewhere.
+``t5_attention.py`` falls back to the same attention written in torch elsewhere. Launched through
+``wrap_triton``: behind ``torch.library.triton_op`` (``t5_attention.py``) a compiled graph
+launches the kernels from its own wrapper code.
 """
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
+from torch.library import wrap_triton
 
 LOG2E = tl.constexpr(1.4426950408889634)  # a global inside @triton.jit must be a constexpr
 
@@ -254,7 +257,7 @@ def forward(qkv, cu, max_len: int, table, dist: int, heads: int, scale: float, b
     grid = (triton.cdiv(max_len, block_m), n_docs * heads)
     mode = _bias_mode(table, bias)
     table_arg = table if table.numel() else cu  # BIAS 0 never reads it; an empty tensor has no valid pointer
-    t5_attn_fwd_kernel[grid](qkv, o, lse, cu, table_arg, qkv.stride(0), o.stride(0), heads, dist, table.shape[-1],
+    wrap_triton(t5_attn_fwd_kernel)[grid](qkv, o, lse, cu, table_arg, qkv.stride(0), o.stride(0), heads, dist, table.shape[-1],
                              scale, n, HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,
                              IEEE=qkv.dtype == torch.float32, BIAS=mode, num_warps=num_warps,
                              num_stages=num_stages)
@@ -273,7 +276,7 @@ def backward(do, qkv, o, lse, cu, max_len: int, table, dist: int, heads: int, sc
     if do.stride(1) != 1:  # any row stride is fine (dO often is a view of a wider GEMM output)
         do = do.contiguous()
     delta = torch.empty((heads, n), dtype=torch.float32, device=qkv.device)
-    t5_attn_bwd_delta_kernel[(triton.cdiv(n, 64), heads)](o, do, delta, o.stride(0), do.stride(0), n, heads,
+    wrap_triton(t5_attn_bwd_delta_kernel)[(triton.cdiv(n, 64), heads)](o, do, delta, o.stride(0), do.stride(0), n, heads,
                                                           HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), BLOCK_T=64)
     # its own (contiguous) layout: qkv may be a strided view of a wider GEMM output
     dqkv = torch.empty(qkv.shape, dtype=qkv.dtype, device=qkv.device)
@@ -283,8 +286,8 @@ def backward(do, qkv, o, lse, cu, max_len: int, table, dist: int, heads: int, sc
                   num_stages=num_stages)
     args = (qkv, do, lse, delta, dqkv, cu, table if table.numel() else cu, qkv.stride(0), do.stride(0),
             dqkv.stride(0), heads, dist, table.shape[-1], scale, n)
-    t5_attn_bwd_dkdv_kernel[(triton.cdiv(max_len, block_n), n_docs * heads)](*args, **common)
-    t5_attn_bwd_dq_kernel[(triton.cdiv(max_len, block_m), n_docs * heads)](*args, **common)
+    wrap_triton(t5_attn_bwd_dkdv_kernel)[(triton.cdiv(max_len, block_n), n_docs * heads)](*args, **common)
+    wrap_triton(t5_attn_bwd_dq_kernel)[(triton.cdiv(max_len, block_m), n_docs * heads)](*args, **common)
     return dqkv
 
 
