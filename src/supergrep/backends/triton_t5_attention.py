@@ -79,7 +79,9 @@ def t5_attn_fwd_kernel(QKV, Out, LSE, CU, TABLE, stride_tok, stride_otok, n_head
                 s = tl.dot(q, tl.trans(k), input_precision="ieee")
             else:
                 s = tl.dot(q, tl.trans(k))
-            s = (s * sm_scale + _bias(TABLE, h, rows, cols, dist, table_w, BIAS)) * LOG2E  # log2 domain
+            # float32 again after the scale: Inductor's launch of this kernel (triton_op, compiled
+            # graphs) types a Python float argument as float64, which would widen s, p and acc
+            s = ((s * sm_scale).to(tl.float32) + _bias(TABLE, h, rows, cols, dist, table_w, BIAS)) * LOG2E  # log2 domain
             s = tl.where(mask_n[None, :], s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             p = tl.math.exp2(s - m_new[:, None])
@@ -137,7 +139,7 @@ def t5_attn_bwd_dkdv_kernel(QKV, DO, LSE, DELTA, DQKV, CU, TABLE, stride_tok, st
                 s = tl.dot(q, tl.trans(k), input_precision="ieee")
             else:
                 s = tl.dot(q, tl.trans(k))
-            s = (s * sm_scale + _bias(TABLE, h, rows, cols, dist, table_w, BIAS)) * LOG2E
+            s = ((s * sm_scale).to(tl.float32) + _bias(TABLE, h, rows, cols, dist, table_w, BIAS)) * LOG2E
             p = tl.math.exp2(s - lse[:, None])
             p = tl.where(mask_m[:, None] & mask_n[None, :], p, 0.0)
             if IEEE:
@@ -151,7 +153,7 @@ def t5_attn_bwd_dkdv_kernel(QKV, DO, LSE, DELTA, DQKV, CU, TABLE, stride_tok, st
                 dk += tl.dot(tl.trans(ds), q.to(tl.float32), input_precision="ieee")
             else:
                 dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk)
-        dk = dk * sm_scale
+        dk = (dk * sm_scale).to(tl.float32)
         out = DQKV + tok_n[:, None] * stride_dqtok + h * HEAD_DIM + offs_d[None, :]
         tl.store(out + hd, dk.to(DQKV.dtype.element_ty), mask=kv_mask)
         tl.store(out + 2 * hd, dv.to(DQKV.dtype.element_ty), mask=kv_mask)
@@ -198,7 +200,7 @@ def t5_attn_bwd_dq_kernel(QKV, DO, LSE, DELTA, DQKV, CU, TABLE, stride_tok, stri
             else:
                 s = tl.dot(q, tl.trans(k))
                 dp = tl.dot(do, tl.trans(v))
-            s = (s * sm_scale + _bias(TABLE, h, rows, cols, dist, table_w, BIAS)) * LOG2E
+            s = ((s * sm_scale).to(tl.float32) + _bias(TABLE, h, rows, cols, dist, table_w, BIAS)) * LOG2E
             p = tl.math.exp2(s - lse[:, None])
             p = tl.where(mask_m[:, None] & mask_n[None, :], p, 0.0)
             ds = p * (dp - delta[:, None])
@@ -206,7 +208,7 @@ def t5_attn_bwd_dq_kernel(QKV, DO, LSE, DELTA, DQKV, CU, TABLE, stride_tok, stri
                 dq += tl.dot(ds, k.to(tl.float32), input_precision="ieee")
             else:
                 dq = tl.dot(ds.to(k.dtype), k, dq)
-        dq = dq * sm_scale
+        dq = (dq * sm_scale).to(tl.float32)
         tl.store(DQKV + tok_m[:, None] * stride_dqtok + h * HEAD_DIM + offs_d[None, :], dq.to(DQKV.dtype.element_ty),
                  mask=q_mask)
 
