@@ -12,8 +12,6 @@ import os
 
 import torch
 
-from supergrep.backends.torch_compile import triton_kernel_op
-
 # Measured on an H100 at xtr-base's shape, batch 192 (benchmarks/varlen_attention.py,
 # benchmarks/results/gpu-h100-2026-11-24-varlen/attn-dense): 64 x 32 tiles, 4 warps, 2 stages were
 # the fastest forward + backward (1.47 ms a layer vs FlexAttention's 2.55); reading the bias as
@@ -71,20 +69,7 @@ def reference_attention(qkv: torch.Tensor, cu: torch.Tensor, max_len: int, table
     return o[valid].to(qkv.dtype)  # documents are contiguous and in order, so valid rows are the flat tokens
 
 
-def _attn_fake(qkv, cu, table, max_len, dist, heads, scale):
-    n, width = qkv.shape
-    return qkv.new_empty((n, width // 3)), qkv.new_empty((heads, n), dtype=torch.float32)
-
-
-def _attn_bwd_fake(do, qkv, o, lse, cu, table, max_len, dist, heads, scale):
-    return qkv.new_empty(qkv.shape)  # contiguous, as the kernels write it (qkv may be a strided view)
-
-
-# triton_ops (``triton_kernel_op``): inside a compiled graph Inductor launches the kernels from
-# its own wrapper code, where a custom op's Python dispatch and Triton's launcher took 0.18 ms
-# (forward) and 0.31 ms (backward) of host time a layer in a training step that waits on the host
-# (H200 traces, twentieth to twenty-third sessions).
-@triton_kernel_op("supergrep::t5_varlen_attn", _attn_fake)
+@torch.library.custom_op("supergrep::t5_varlen_attn", mutates_args=())
 def _attn(qkv: torch.Tensor, cu: torch.Tensor, table: torch.Tensor, max_len: int, dist: int, heads: int,
           scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     from supergrep.backends import triton_t5_attention as k
@@ -92,12 +77,23 @@ def _attn(qkv: torch.Tensor, cu: torch.Tensor, table: torch.Tensor, max_len: int
     return k.forward(qkv, cu, max_len, table, dist, heads, scale, **kernel_options())
 
 
-@triton_kernel_op("supergrep::t5_varlen_attn_bwd", _attn_bwd_fake)
+@_attn.register_fake
+def _(qkv, cu, table, max_len, dist, heads, scale):
+    n, width = qkv.shape
+    return qkv.new_empty((n, width // 3)), qkv.new_empty((heads, n), dtype=torch.float32)
+
+
+@torch.library.custom_op("supergrep::t5_varlen_attn_bwd", mutates_args=())
 def _attn_bwd(do: torch.Tensor, qkv: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, cu: torch.Tensor,
               table: torch.Tensor, max_len: int, dist: int, heads: int, scale: float) -> torch.Tensor:
     from supergrep.backends import triton_t5_attention as k
 
     return k.backward(do, qkv, o, lse, cu, max_len, table, dist, heads, scale, **kernel_options())
+
+
+@_attn_bwd.register_fake
+def _(do, qkv, o, lse, cu, table, max_len, dist, heads, scale):
+    return qkv.new_empty(qkv.shape)  # contiguous, as the kernels write it (qkv may be a strided view)
 
 
 def _setup(ctx, inputs, output):

@@ -29,8 +29,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from supergrep.backends.torch_compile import triton_kernel_op
-
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0  # the largest finite e4m3fn value
 
@@ -127,16 +125,7 @@ def gated_gelu_backward(h: torch.Tensor, d: torch.Tensor, width: int) -> torch.T
     return torch.cat([d * b * dgelu, d * 0.5 * a * (1.0 + t)], dim=1).to(h.dtype)
 
 
-def _gated_gelu_bwd_fake(h, d, width):
-    n = h.shape[0]
-    return (h.new_empty((n, 2 * width)), h.new_empty((n, 2 * width), dtype=FP8),
-            h.new_empty((n, 1), dtype=torch.float32))
-
-
-# a triton_op (``triton_kernel_op``): inside a compiled graph Inductor launches the kernel from its
-# own wrapper code, where a custom op's dispatch took 0.24 ms of host time a call (H200 trace,
-# ``gated-gelu-2026-11-28/``) in a step that waits on the host; elsewhere its torch form.
-@triton_kernel_op("supergrep::gated_gelu_bwd_fp8", _gated_gelu_bwd_fake)
+@torch.library.custom_op("supergrep::gated_gelu_bwd_fp8", mutates_args=())
 def _gated_gelu_bwd_op(h: torch.Tensor, d: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     if (h.is_cuda or os.environ.get("TRITON_INTERPRET") == "1") and _triton_quant():
         from supergrep.backends import triton_gated_gelu
@@ -145,6 +134,13 @@ def _gated_gelu_bwd_op(h: torch.Tensor, d: torch.Tensor, width: int) -> tuple[to
     g = gated_gelu_backward(h, d, width)
     q, s = quantize_rows(g)
     return g, q.contiguous(), s
+
+
+@_gated_gelu_bwd_op.register_fake
+def _(h, d, width):
+    n = h.shape[0]
+    return (h.new_empty((n, 2 * width)), h.new_empty((n, 2 * width), dtype=FP8),
+            h.new_empty((n, 1), dtype=torch.float32))
 
 
 def gated_gelu_backward_fp8(h: torch.Tensor, d: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

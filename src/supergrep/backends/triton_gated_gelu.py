@@ -14,8 +14,7 @@ h0, h1 and da once, writes dh in bf16, its float8 form and the row's scale.
 Numbers: computed in float32 from the bf16 inputs (as Inductor computes); the row's amax and the
 cast are taken over the bf16-rounded dh, so the float8 bytes and scales are exactly
 ``torch_fp8.quantize_rows`` of the bf16 dh. tanh(z) as 1 - 2 / (exp(2z) + 1) (Triton has exp on
-every backend, its CPU interpreter included). Imported only where Triton is installed. Launched
-through ``wrap_triton``: behind ``torch.library.triton_op`` a compiled graph launches it itself.
+every backend, its CPU interpreter included). Imported only where Triton is installed.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from torch.library import wrap_triton
 
 FP8_MAX = tl.constexpr(448.0)
 
@@ -96,7 +94,7 @@ def gated_gelu_backward_fp8(h: torch.Tensor, d: torch.Tensor, width: int, out_fp
         block_m, block_w, warps = launch_config(width)
         if config is not None:
             block_m, warps = config
-        wrap_triton(gated_gelu_bwd_quant_kernel)[(triton.cdiv(n, block_m),)](
+        gated_gelu_bwd_quant_kernel[(triton.cdiv(n, block_m),)](
             h, d, g, q, scale, n, width, h.stride(0), d.stride(0), g.stride(0), q.stride(0),
             BLOCK_M=block_m, BLOCK_W=block_w, OUT_FP32=out_fp32, num_warps=warps)
     return g, q, scale

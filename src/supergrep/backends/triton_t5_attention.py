@@ -15,16 +15,13 @@ offsets. The bias of query position i and key position j of one document is
 so a (H, 2 * dist + 1) table indexed by clamped relative position holds all of them.
 
 Imported only where Triton is installed (CUDA machines, or CPU tests under TRITON_INTERPRET=1);
-``t5_attention.py`` falls back to the same attention written in torch elsewhere. Launched through
-``wrap_triton``: behind ``torch.library.triton_op`` (``t5_attention.py``) a compiled graph
-launches the kernels from its own wrapper code.
+``t5_attention.py`` falls back to the same attention written in torch elsewhere.
 """
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
-from torch.library import wrap_triton
 
 LOG2E = tl.constexpr(1.4426950408889634)  # a global inside @triton.jit must be a constexpr
 
@@ -46,8 +43,8 @@ def _bias(table_ptr, h, rows, cols, dist, table_w, BIAS: tl.constexpr):
 
 
 @triton.jit
-def t5_attn_fwd_kernel(QKV, Out, LSE, CU, TABLE, stride_tok, stride_otok, n_heads, dist, table_w, n_tokens,
-                SM_SCALE: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def t5_attn_fwd_kernel(QKV, Out, LSE, CU, TABLE, stride_tok, stride_otok, n_heads, dist, table_w, sm_scale, n_tokens,
+                HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 IEEE: tl.constexpr, BIAS: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -79,10 +76,7 @@ def t5_attn_fwd_kernel(QKV, Out, LSE, CU, TABLE, stride_tok, stride_otok, n_head
                 s = tl.dot(q, tl.trans(k), input_precision="ieee")
             else:
                 s = tl.dot(q, tl.trans(k))
-            # the scale is a constexpr: Inductor's launch of this kernel (triton_op, compiled graphs)
-            # typed a Python float argument as float64, and s * scale in float64 took the forward
-            # from 2.9 to 11.3 ms a step (H200)
-            s = (s * SM_SCALE + _bias(TABLE, h, rows, cols, dist, table_w, BIAS)) * LOG2E  # log2 domain
+            s = (s * sm_scale + _bias(TABLE, h, rows, cols, dist, table_w, BIAS)) * LOG2E  # log2 domain
             s = tl.where(mask_n[None, :], s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             p = tl.math.exp2(s - m_new[:, None])
@@ -104,7 +98,7 @@ def t5_attn_fwd_kernel(QKV, Out, LSE, CU, TABLE, stride_tok, stride_otok, n_head
 @triton.jit
 def t5_attn_bwd_dkdv_kernel(QKV, DO, LSE, DELTA, DQKV, CU, TABLE, stride_tok, stride_dotok, stride_dqtok, n_heads, dist,
                      table_w,
-                     n_tokens, SM_SCALE: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                     sm_scale, n_tokens, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, IEEE: tl.constexpr, BIAS: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -140,7 +134,7 @@ def t5_attn_bwd_dkdv_kernel(QKV, DO, LSE, DELTA, DQKV, CU, TABLE, stride_tok, st
                 s = tl.dot(q, tl.trans(k), input_precision="ieee")
             else:
                 s = tl.dot(q, tl.trans(k))
-            s = (s * SM_SCALE + _bias(TABLE, h, rows, cols, dist, table_w, BIAS)) * LOG2E
+            s = (s * sm_scale + _bias(TABLE, h, rows, cols, dist, table_w, BIAS)) * LOG2E
             p = tl.math.exp2(s - lse[:, None])
             p = tl.where(mask_m[:, None] & mask_n[None, :], p, 0.0)
             if IEEE:
@@ -154,7 +148,7 @@ def t5_attn_bwd_dkdv_kernel(QKV, DO, LSE, DELTA, DQKV, CU, TABLE, stride_tok, st
                 dk += tl.dot(tl.trans(ds), q.to(tl.float32), input_precision="ieee")
             else:
                 dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk)
-        dk = dk * SM_SCALE
+        dk = dk * sm_scale
         out = DQKV + tok_n[:, None] * stride_dqtok + h * HEAD_DIM + offs_d[None, :]
         tl.store(out + hd, dk.to(DQKV.dtype.element_ty), mask=kv_mask)
         tl.store(out + 2 * hd, dv.to(DQKV.dtype.element_ty), mask=kv_mask)
@@ -163,7 +157,7 @@ def t5_attn_bwd_dkdv_kernel(QKV, DO, LSE, DELTA, DQKV, CU, TABLE, stride_tok, st
 @triton.jit
 def t5_attn_bwd_dq_kernel(QKV, DO, LSE, DELTA, DQKV, CU, TABLE, stride_tok, stride_dotok, stride_dqtok, n_heads, dist,
                      table_w,
-                   n_tokens, SM_SCALE: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                   sm_scale, n_tokens, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, IEEE: tl.constexpr, BIAS: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -201,7 +195,7 @@ def t5_attn_bwd_dq_kernel(QKV, DO, LSE, DELTA, DQKV, CU, TABLE, stride_tok, stri
             else:
                 s = tl.dot(q, tl.trans(k))
                 dp = tl.dot(do, tl.trans(v))
-            s = (s * SM_SCALE + _bias(TABLE, h, rows, cols, dist, table_w, BIAS)) * LOG2E
+            s = (s * sm_scale + _bias(TABLE, h, rows, cols, dist, table_w, BIAS)) * LOG2E
             p = tl.math.exp2(s - lse[:, None])
             p = tl.where(mask_m[:, None] & mask_n[None, :], p, 0.0)
             ds = p * (dp - delta[:, None])
@@ -209,7 +203,7 @@ def t5_attn_bwd_dq_kernel(QKV, DO, LSE, DELTA, DQKV, CU, TABLE, stride_tok, stri
                 dq += tl.dot(ds, k.to(tl.float32), input_precision="ieee")
             else:
                 dq = tl.dot(ds.to(k.dtype), k, dq)
-        dq = dq * SM_SCALE
+        dq = dq * sm_scale
         tl.store(DQKV + tok_m[:, None] * stride_dqtok + h * HEAD_DIM + offs_d[None, :], dq.to(DQKV.dtype.element_ty),
                  mask=q_mask)
 
@@ -260,8 +254,8 @@ def forward(qkv, cu, max_len: int, table, dist: int, heads: int, scale: float, b
     grid = (triton.cdiv(max_len, block_m), n_docs * heads)
     mode = _bias_mode(table, bias)
     table_arg = table if table.numel() else cu  # BIAS 0 never reads it; an empty tensor has no valid pointer
-    wrap_triton(t5_attn_fwd_kernel)[grid](qkv, o, lse, cu, table_arg, qkv.stride(0), o.stride(0), heads, dist, table.shape[-1],
-                             n, SM_SCALE=float(scale), HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,
+    t5_attn_fwd_kernel[grid](qkv, o, lse, cu, table_arg, qkv.stride(0), o.stride(0), heads, dist, table.shape[-1],
+                             scale, n, HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,
                              IEEE=qkv.dtype == torch.float32, BIAS=mode, num_warps=num_warps,
                              num_stages=num_stages)
     return o, lse
@@ -279,18 +273,18 @@ def backward(do, qkv, o, lse, cu, max_len: int, table, dist: int, heads: int, sc
     if do.stride(1) != 1:  # any row stride is fine (dO often is a view of a wider GEMM output)
         do = do.contiguous()
     delta = torch.empty((heads, n), dtype=torch.float32, device=qkv.device)
-    wrap_triton(t5_attn_bwd_delta_kernel)[(triton.cdiv(n, 64), heads)](o, do, delta, o.stride(0), do.stride(0), n, heads,
+    t5_attn_bwd_delta_kernel[(triton.cdiv(n, 64), heads)](o, do, delta, o.stride(0), do.stride(0), n, heads,
                                                           HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), BLOCK_T=64)
     # its own (contiguous) layout: qkv may be a strided view of a wider GEMM output
     dqkv = torch.empty(qkv.shape, dtype=qkv.dtype, device=qkv.device)
     n_docs = cu.shape[0] - 1
-    common = dict(SM_SCALE=float(scale), HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,
+    common = dict(HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,
                   IEEE=qkv.dtype == torch.float32, BIAS=_bias_mode(table, bias), num_warps=num_warps,
                   num_stages=num_stages)
     args = (qkv, do, lse, delta, dqkv, cu, table if table.numel() else cu, qkv.stride(0), do.stride(0),
-            dqkv.stride(0), heads, dist, table.shape[-1], n)
-    wrap_triton(t5_attn_bwd_dkdv_kernel)[(triton.cdiv(max_len, block_n), n_docs * heads)](*args, **common)
-    wrap_triton(t5_attn_bwd_dq_kernel)[(triton.cdiv(max_len, block_m), n_docs * heads)](*args, **common)
+            dqkv.stride(0), heads, dist, table.shape[-1], scale, n)
+    t5_attn_bwd_dkdv_kernel[(triton.cdiv(max_len, block_n), n_docs * heads)](*args, **common)
+    t5_attn_bwd_dq_kernel[(triton.cdiv(max_len, block_m), n_docs * heads)](*args, **common)
     return dqkv
 
 
