@@ -388,7 +388,12 @@ def test_fp8_variant_sets_fp8_products(tiny_bert_workload):
     assert k.fp8 and "fp8k" in variant_name(k).split("+") and "fp8" not in variant_name(k).split("+")
     cfg = train_config(tiny_bert_workload, k, "cpu", 8)
     assert cfg.fp8_products and cfg.fp8_quantize == "kernel" and cfg.fp8_scaling == "row"
+    # the token fp8 keeps its meaning in older records (quantisations compiled), whatever the
+    # train config's default; fp8g is the gated GELU kernel (the config's default since #36)
     assert train_config(tiny_bert_workload, v, "cpu", 8).fp8_quantize == "compiled"
+    gk = parse_variant("bf16+varlen+packing+fp8g")
+    assert gk.fp8 and "fp8g" in variant_name(gk).split("+") and "fp8" not in variant_name(gk).split("+")
+    assert train_config(tiny_bert_workload, gk, "cpu", 8).fp8_quantize == "gated"
     st = parse_variant("bf16+compile+varlen+packing+pad=256+static")
     assert "static" in variant_name(st).split("+") and train_config(tiny_bert_workload, st, "cpu", 8).static_shapes
 
