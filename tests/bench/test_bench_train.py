@@ -394,6 +394,9 @@ def test_fp8_variant_sets_fp8_products(tiny_bert_workload):
     gk = parse_variant("bf16+varlen+packing+fp8g")
     assert gk.fp8 and "fp8g" in variant_name(gk).split("+") and "fp8" not in variant_name(gk).split("+")
     assert train_config(tiny_bert_workload, gk, "cpu", 8).fp8_quantize == "gated"
+    cw = parse_variant("bf16+cppwrap+varlen+packing")
+    assert cw.compile and "cppwrap" in variant_name(cw).split("+")
+    assert train_config(tiny_bert_workload, cw, "cpu", 8).compile_mode == "cpp-wrapper"
     st = parse_variant("bf16+compile+varlen+packing+pad=256+static")
     assert "static" in variant_name(st).split("+") and train_config(tiny_bert_workload, st, "cpu", 8).static_shapes
 

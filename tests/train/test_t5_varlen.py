@@ -424,3 +424,32 @@ def test_fp8_gated_quantisation_takes_the_one_op_backward_with_the_same_gradient
     for n, g in results[0][1].items():
         assert g.abs().max() > 0, n
         torch.testing.assert_close(results[1][1][n], g, atol=1e-6, rtol=1e-3, msg=n)
+
+
+def test_cpp_wrapper_mode_compiles_with_inductors_cpp_wrapper():
+    """compile_mode "cpp-wrapper": the compiled graphs (forward and backward) launch their kernels
+    from Inductor's generated C++ instead of generated Python, with the same results and the
+    floats still specialised."""
+    from torch._inductor.utils import run_and_get_code
+
+    from supergrep.backends.torch_compile import compile_dynamic
+
+    def f(x, w, s: float):
+        return ((x @ w) * s + 1.0).relu().sum()
+
+    x, w = torch.randn(6, 8), torch.randn(8, 4, requires_grad=True)
+    ref = f(x, w, 0.5)
+    (g_ref,) = torch.autograd.grad(ref, w)
+    torch._dynamo.reset()
+    for mode, marker in (("cpp-wrapper", "inductor_entry_impl"), (None, "def call(")):
+        fn = compile_dynamic(f, mode)
+
+        def step(fn=fn):
+            out = fn(x, w, 0.5)
+            return out, torch.autograd.grad(out, w)[0]
+
+        (out, g), codes = run_and_get_code(step)
+        assert len(codes) == 2 and all(marker in c for c in codes), mode  # forward and backward graphs
+        torch.testing.assert_close(out, ref)
+        torch.testing.assert_close(g, g_ref)
+        torch._dynamo.reset()

@@ -6,6 +6,7 @@ A variant is written as ``+``-joined tokens (``bf16+compile+packing``):
     fp32 | bf16 | fp16        autocast precision (default: bf16 on CUDA, fp32 elsewhere)
     compile                   torch.compile of the encoder (dynamic shapes)
     cudagraphs                compile with mode reduce-overhead: CUDA graphs, one per distinct shape
+    cppwrap                   compile with Inductor's C++ wrapper (train config compile_mode: cpp-wrapper)
     notf32                    CUDA + bf16/fp16: float32 matmuls (loss, LoRA merge) in full float32, not TF32
     nodropout                 the encoder's dropout layers removed (train config model_dropout: 0)
     fp8                       float8 products for the frozen projections (train config fp8_products;
@@ -81,7 +82,7 @@ class Variant:
     name: str
     precision: str = "auto"
     compile: bool = False
-    compile_mode: str = "default"  # "reduce-overhead": CUDA graphs (token `cudagraphs`)
+    compile_mode: str = "default"  # "reduce-overhead": CUDA graphs (token `cudagraphs`); "cpp-wrapper" (`cppwrap`)
     tf32: bool = True  # token `notf32`: the float32 matmuls in full float32
     dropout: bool = True  # token `nodropout`: model_dropout 0 (the encoder's dropout layers removed)
     fp8: bool = False  # token `fp8`: fp8_products (float8 GEMMs for the frozen projections)
@@ -152,6 +153,8 @@ def parse_variant(text: str) -> Variant:
             kw[tok] = True
         elif tok == "cudagraphs":
             kw.update(compile=True, compile_mode="reduce-overhead")
+        elif tok == "cppwrap":
+            kw.update(compile=True, compile_mode="cpp-wrapper")
         elif tok == "notf32":
             kw["tf32"] = False
         elif tok == "nodropout":
@@ -235,7 +238,7 @@ def grid_variants(axes: list[str]) -> list[Variant]:
 
 def variant_name(v: Variant) -> str:
     parts = ["mlx", v.precision] if v.backend == "mlx" else [v.precision]
-    parts += [t for t, on in (("compile", v.compile), ("cudagraphs", v.compile_mode == "reduce-overhead"),
+    parts += [t for t, on in (("compile", v.compile), ("cudagraphs", v.compile_mode == "reduce-overhead"), ("cppwrap", v.compile_mode == "cpp-wrapper"),
                               ("autotune", v.compile_mode == "max-autotune-no-cudagraphs"), ("notf32", not v.tf32), ("nodropout", not v.dropout),
                               ("fp8", v.fp8 and v.fp8_scaling == "row" and v.fp8_quantize == "compiled"),
                               ("fp8d", v.fp8 and v.fp8_scaling == "delayed"), ("fp8k", v.fp8 and v.fp8_quantize == "kernel"), ("fp8g", v.fp8 and v.fp8_quantize == "gated"), ("static", v.static), ("ckpt", v.ckpt), ("packing", v.packing), ("sync", v.sync), ("peer", v.peer)) if on]
