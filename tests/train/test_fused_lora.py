@@ -325,13 +325,28 @@ def test_the_row_quantisation_kernel_matches_quantize_rows_in_the_interpreter():
     """The Triton row quantiser (fp8_quantize: kernel) computes quantize_rows' scales and scaled
     values bit for bit, strided views included. The float8 cast itself is the GPU's (Triton's
     interpreter rounds it differently): benchmarks/fp8_lora_check.py compares the bytes there."""
+    _all_checks_pass_in_the_interpreter(QUANT_CHECK, 8)
+
+
+def _all_checks_pass_in_the_interpreter(script: str, n_cases: int) -> None:
+    """Run ``script`` under Triton's CPU interpreter; its last line is a JSON dict of lists of
+    checks, every one of which must hold."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    res = subprocess.run([sys.executable, "-c", QUANT_CHECK], env=env, capture_output=True, text=True, timeout=300)
+    res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    assert len(out) == 8
+    assert len(out) == n_cases
     for key, checks in out.items():
         assert all(checks), (key, checks)
+
+
+def _warm_run_counting(compiled, x, mods, g, op: str):
+    """``_run`` of a compiled function once to compile it (tracing calls ops' fake forms), then
+    again under the profiler: (its results, how many times ``op`` ran)."""
+    _run(compiled, x, mods, g)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        got = _run(compiled, x, mods, g)
+    return got, sum(e.name == op for e in prof.events())
 
 
 def test_fp8_kernel_quantisation_compiles_and_matches_the_fused_form():
@@ -348,11 +363,8 @@ def test_fp8_kernel_quantisation_compiles_and_matches_the_fused_form():
     fused = _run(fused_lora_linear, x, mods, g)
     assert set_fp8_products(model, True, "row", "kernel") == 3 and all(m.fp8_quantize == "kernel" for m in mods)
     compiled = torch.compile(lambda x, ms: fused_lora_linear(x, ms), dynamic=True)
-    _run(compiled, x, mods, g)  # compiles forward and backward
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        got = _run(compiled, x, mods, g)
-    # the op ran in the compiled graphs: x's quantisation in forward, the gradient's in backward
-    assert sum(e.name == "supergrep::fp8_quantize_rows" for e in prof.events()) == 2
+    got, calls = _warm_run_counting(compiled, x, mods, g, "supergrep::fp8_quantize_rows")
+    assert calls == 2  # the op ran in the compiled graphs: x's quantisation in forward, the gradient's in backward
     assert _rel(got[0], fused[0]) < 1e-3 and _rel(got[1], fused[1]) < 1e-3
     for i in range(3):
         assert _rel(got[2][i], fused[2][i]) < 1e-3 and _rel(got[3][i], fused[3][i]) < 1e-3
@@ -393,13 +405,7 @@ def test_the_gated_gelu_backward_kernel_matches_torch_in_the_interpreter():
     """The Triton gated-GELU backward (fp8_quantize: gated) gives torch's gradient (to bf16
     rounding), and its scales and scaled values are exactly quantize_rows of the bf16 gradient it
     wrote; strided inputs, rows of zeros and saturated tanh included."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    res = subprocess.run([sys.executable, "-c", GATED_CHECK], env=env, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
-    out = json.loads(res.stdout.strip().splitlines()[-1])
-    assert len(out) == 3
-    for key, checks in out.items():
-        assert all(checks), (key, checks)
+    _all_checks_pass_in_the_interpreter(GATED_CHECK, 3)
 
 
 def _gated_reference(x, mods):
@@ -460,10 +466,8 @@ def test_gated_fp8_path_compiles_with_dynamic_token_counts():
         x = torch.randn(n, 32, generator=torch.Generator().manual_seed(seed))
         g = torch.randn(n, 48, generator=torch.Generator().manual_seed(seed + 10))
         eager = _run(lambda x, ms: fused_lora_linear(x, ms, gated=True), x, mods, g)
-        _run(compiled, x, mods, g)  # compiles outside the profile (tracing calls the op's fake form)
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            comp = _run(compiled, x, mods, g)
-        assert sum(e.name == "supergrep::gated_gelu_bwd_fp8" for e in prof.events()) == 1
+        comp, calls = _warm_run_counting(compiled, x, mods, g, "supergrep::gated_gelu_bwd_fp8")
+        assert calls == 1
         assert _rel(comp[0], eager[0]) < 1e-2 and _rel(comp[1], eager[1]) < 1e-2
         for i in range(2):
             assert _rel(comp[2][i], eager[2][i]) < 1e-2 and _rel(comp[3][i], eager[3][i]) < 1e-2

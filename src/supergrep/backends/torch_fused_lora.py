@@ -209,20 +209,29 @@ class _FusedLoRAFp8(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         x, u, gq, gs, bd = ctx.saved_tensors
-        outs, scale = ctx.outs, ctx.scale
-        need_x, need_a, need_b = ctx.needs_input_grad[:3]
-        gx = v = None
         with torch.autocast(ctx.device_type, enabled=False):
             g = g.to(x.dtype).contiguous()
-            if need_x:  # one float8 GEMM for both g (W + s B A) and v = g blockdiag(B)
-                n_in = x.shape[1]
-                g8, g8s = (quantize_rows_op if ctx.kernel else quantize_rows)(g)
-                h = _fp8_mm(g8, g8s, gq, gs, x.dtype, n_in + bd.shape[1])
-                gx, v = h[:, :n_in], h[:, n_in:]
-            elif need_a:
-                v = g @ bd
-            ga, gb = _lora_grads(g, x, u, v, outs, scale, need_a, need_b)
-        return (gx, ga, gb) + (None,) * 12
+            quantize = quantize_rows_op if ctx.kernel else quantize_rows
+            grads = _fp8_backward(g, lambda: quantize(g), x, u, gq, gs, bd, ctx)
+        return grads + (None,) * 12
+
+
+def _fp8_backward(g, g8_rows, x, u, gq, gs, bd, ctx):
+    """(gx, ga, gb) of a float8 fused projection from its output gradient ``g`` (compute dtype):
+    one float8 GEMM for both the input gradient g (W + s B A) and v = g blockdiag(B), from
+    ``g8_rows()`` (g's float8 rows and scales, asked for only when x needs a gradient), then
+    LoRA's thin weight-gradient GEMMs."""
+    need_x, need_a, need_b = ctx.needs_input_grad[:3]
+    gx = v = None
+    if need_x:
+        n_in = x.shape[1]
+        g8, g8s = g8_rows()
+        h = _fp8_mm(g8, g8s, gq, gs, x.dtype, n_in + bd.shape[1])
+        gx, v = h[:, :n_in], h[:, n_in:]
+    elif need_a:
+        v = g @ bd
+    ga, gb = _lora_grads(g, x, u, v, ctx.outs, ctx.scale, need_a, need_b)
+    return gx, ga, gb
 
 
 class _FusedLoRAFp8Gated(torch.autograd.Function):
@@ -244,19 +253,10 @@ class _FusedLoRAFp8Gated(torch.autograd.Function):
     @staticmethod
     def backward(ctx, da):
         x, u, gq, gs, bd, y = ctx.saved_tensors
-        outs, scale = ctx.outs, ctx.scale
-        need_x, need_a, need_b = ctx.needs_input_grad[:3]
-        gx = v = None
         with torch.autocast(ctx.device_type, enabled=False):
             g, g8, g8s = gated_gelu_backward_fp8(y, da.to(x.dtype), y.shape[1] // 2)
-            if need_x:
-                n_in = x.shape[1]
-                h = _fp8_mm(g8, g8s, gq, gs, x.dtype, n_in + bd.shape[1])
-                gx, v = h[:, :n_in], h[:, n_in:]
-            elif need_a:
-                v = g @ bd
-            ga, gb = _lora_grads(g, x, u, v, outs, scale, need_a, need_b)
-        return (gx, ga, gb) + (None,) * 11
+            grads = _fp8_backward(g, lambda: (g8, g8s), x, u, gq, gs, bd, ctx)
+        return grads + (None,) * 11
 
 
 def gated_fusable(mods: Sequence[nn.Module], act: nn.Module) -> bool:
