@@ -473,6 +473,28 @@ def test_gated_fp8_path_compiles_with_dynamic_token_counts():
             assert _rel(comp[2][i], eager[2][i]) < 1e-2 and _rel(comp[3][i], eager[3][i]) < 1e-2
 
 
+def test_an_opaque_producers_gradient_is_quantised_by_the_row_kernel_under_gated():
+    """opaque_grad (the gradient comes out of one of our custom ops): with fp8_quantize "gated"
+    its row quantisation is the kernel's op (nothing for Inductor to fuse it into), in the
+    backward only, with the compiled quantisation's results; other modes keep theirs."""
+    x = _x("btd", 32, 132)
+    g = torch.randn(2, 7, 96, generator=torch.Generator().manual_seed(133))
+    runs = {}
+    for mode, opaque in (("compiled", True), ("gated", False), ("gated", True)):
+        from supergrep.backends.torch_train import set_fp8_products
+
+        model = nn.Sequential(*_mods((32, 32, 32), 32, seed=131))
+        set_fp8_products(model, True, "row", mode)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            runs[mode, opaque] = _run(lambda x, ms, o=opaque: fused_lora_linear(x, ms, opaque_grad=o), x, list(model), g)
+        runs[mode, opaque] += (sum(e.name == "supergrep::fp8_quantize_rows" for e in prof.events()),)
+    assert runs["compiled", True][4] == 0 and runs["gated", False][4] == 0 and runs["gated", True][4] == 1
+    ref = runs["compiled", True]
+    for got in (runs["gated", False], runs["gated", True]):
+        torch.testing.assert_close(got[0], ref[0])
+        torch.testing.assert_close(got[1], ref[1])
+
+
 def test_gated_fusable_takes_only_what_the_kernel_computes():
     from supergrep.backends.torch_fused_lora import gated_fusable
     from supergrep.backends.torch_train import set_fp8_products

@@ -403,8 +403,9 @@ def test_compiled_step_functions_take_the_loss_constants_as_constants():
 
 def test_fp8_gated_quantisation_takes_the_one_op_backward_with_the_same_gradients(tiny_t5, pairs_file, tmp_path):
     """fp8_quantize "gated" (set here on CPU, where torch runs the float8 products too): every
-    layer's gated GELU backward runs as the one op, and the step's loss and gradients are those
-    of the compiled quantisation's path, to rounding."""
+    layer's gated GELU backward runs as the one op, the attention backward's d(qkv) is quantised
+    by the row kernel's op, and the step's loss and gradients are those of the compiled
+    quantisation's path, to rounding."""
     from test_trainer import cfg_for
 
     from supergrep.backends.torch_train import set_fp8_products
@@ -415,11 +416,16 @@ def test_fp8_gated_quantisation_takes_the_one_op_backward_with_the_same_gradient
         set_fp8_products(trainer.model, True, "row", quantize)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             loss, _ = trainer._step_plain(*trainer._to_device(batch), joint=trainer.joint_packed_to_device(batch))
-        ops = sum(e.name == "supergrep::gated_gelu_bwd_fp8" for e in prof.events())
+        ops = (sum(e.name == "supergrep::gated_gelu_bwd_fp8" for e in prof.events()),
+               sum(e.name == "supergrep::fp8_quantize_rows" for e in prof.events()))
         results.append((float(loss), {n: p.grad.clone() for n, p in trainer.params.items()}, ops))
         trainer.optimizer.zero_grad(set_to_none=True)
     set_fp8_products(trainer.model, False)
-    assert results[0][2] == 0 and results[1][2] == len(trainer.model.encoder.block)
+    layers = len(trainer.model.encoder.block)
+    assert results[0][2] == (0, 0)
+    # every layer's gated backward is the one op; the attention's d(qkv) goes through the row
+    # kernel's op in every layer but the first, whose input (the frozen embeddings) needs no gradient
+    assert results[1][2] == (layers, layers - 1)
     assert results[1][0] == pytest.approx(results[0][0], rel=1e-5)
     for n, g in results[0][1].items():
         assert g.abs().max() > 0, n

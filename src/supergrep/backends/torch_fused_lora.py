@@ -272,7 +272,8 @@ def gated_fusable(mods: Sequence[nn.Module], act: nn.Module) -> bool:
     return tanh and outs[0] == outs[1] and fp8_shapes_ok(mods[0].in_features, outs)
 
 
-def fused_lora_linear(x: torch.Tensor, mods: Sequence[LoRALinear], gated: bool = False) -> torch.Tensor:
+def fused_lora_linear(x: torch.Tensor, mods: Sequence[LoRALinear], gated: bool = False,
+                      opaque_grad: bool = False) -> torch.Tensor:
     """``torch.cat([m(x) for m in mods], dim=-1)`` with no extra pass over the activations in
     forward and two in backward (module docstring).
 
@@ -282,7 +283,11 @@ def fused_lora_linear(x: torch.Tensor, mods: Sequence[LoRALinear], gated: bool =
     and sizes float8 products take (``fp8_shapes_ok``) the two large GEMMs run in float8
     (module docstring); otherwise in the compute dtype. ``gated`` (two modules of equal width,
     ``gated_fusable``): returns T5's ``gelu_tanh(y0) * y1`` of the two outputs instead, its
-    backward one op with the float8 quantisation (``_FusedLoRAFp8Gated``).
+    backward one op with the float8 quantisation (``_FusedLoRAFp8Gated``). ``opaque_grad``: the
+    output's gradient comes out of an opaque op (our attention backward's d(qkv)), so there is no
+    producer for Inductor to fuse its row quantisation into; with ``fp8_quantize: gated`` it runs
+    as the Triton row kernel (0.113 vs Inductor's standalone 0.226 ms at 36,864 x 2,304 on an
+    H100, same bytes: ``benchmarks/results/fp8-quant-h100-2026-11-28/``).
     """
     dev = x.device.type
     dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
@@ -300,7 +305,8 @@ def fused_lora_linear(x: torch.Tensor, mods: Sequence[LoRALinear], gated: bool =
             with torch.no_grad():
                 ops = _fp8_operands(w, a.detach(), b.detach(), bias, outs, m0.scale, dtype, backward=grad)
                 amax = getattr(m0, "fp8_amax", None)  # delayed scaling (set_fp8_products)
-                kernel = getattr(m0, "fp8_quantize", "compiled") == "kernel"
+                mode = getattr(m0, "fp8_quantize", "compiled")
+                kernel = mode == "kernel"
                 if amax is not None:
                     xq, xs = quantize_delayed(x2.detach(), amax)
                 else:
@@ -309,7 +315,8 @@ def fused_lora_linear(x: torch.Tensor, mods: Sequence[LoRALinear], gated: bool =
                 y = _FusedLoRAFp8Gated.apply(x2, a, b, xq, xs, *ops, w.shape[0], outs, m0.scale)
                 return y.reshape(*x.shape[:-1], y.shape[-1])
             if grad:
-                y = _FusedLoRAFp8.apply(x2, a, b, xq, xs, *ops, w.shape[0], outs, m0.scale, kernel)
+                grad_kernel = kernel or (opaque_grad and mode == "gated")
+                y = _FusedLoRAFp8.apply(x2, a, b, xq, xs, *ops, w.shape[0], outs, m0.scale, grad_kernel)
             else:
                 y = _fp8_mm(xq, xs, ops[0], ops[1], dtype, w.shape[0] + a.shape[0], ops[5])[:, :w.shape[0]]
         if gated:

@@ -26,13 +26,13 @@ from supergrep.backends.torch_fused_lora import fusable, fused_lora_linear, gate
 from supergrep.backends.torch_t5_flex import bias_table
 
 
-def project(x: torch.Tensor, mods: list[nn.Module], fuse: bool = True) -> torch.Tensor:
+def project(x: torch.Tensor, mods: list[nn.Module], fuse: bool = True, opaque_grad: bool = False) -> torch.Tensor:
     """The outputs of ``mods`` on ``x``, concatenated on the last axis: one fused LoRA GEMM when
     they allow it (LoRA-wrapped, no LoRA dropout, no QAT), one float8 product for ``Fp8Linear``
     layers, one GEMM over the stacked weights for plain frozen Linear layers (inference), else
-    one call each."""
+    one call each. ``opaque_grad``: the output feeds one of our custom ops (``fused_lora_linear``)."""
     if fuse and fusable(mods):
-        return fused_lora_linear(x, mods)
+        return fused_lora_linear(x, mods, opaque_grad=opaque_grad)
     if is_fp8(mods):  # float8 inference (torch_fp8.py): the input quantised once for all of them
         return fp8_linear(x, mods)
     if fuse and len(mods) > 1 and all(type(m) is nn.Linear and not m.weight.requires_grad for m in mods):
@@ -60,7 +60,8 @@ def varlen_forward(encoder: nn.Module, ids: torch.Tensor, cu: torch.Tensor, max_
     for block in stack.block:
         sa_layer, ff_layer = block.layer[0], block.layer[-1]
         sa = sa_layer.SelfAttention
-        qkv = project(sa_layer.layer_norm(h), [sa.q, sa.k, sa.v], fuse)  # (N, 3 * heads * d_kv)
+        # (N, 3 * heads * d_kv); its gradient comes out of the attention backward's custom op
+        qkv = project(sa_layer.layer_norm(h), [sa.q, sa.k, sa.v], fuse, opaque_grad=True)
         o = t5_varlen_attention(qkv, cu, max_len, table, dist, sa.n_heads)  # T5 does not scale scores
         h = h + sa_layer.dropout(project(o, [sa.o], fuse))
         ff = ff_layer.DenseReluDense
@@ -92,7 +93,7 @@ def bert_varlen_forward(model: nn.Module, ids: torch.Tensor, pos: torch.Tensor, 
         att = layer.attention
         sa = att.self
         heads = sa.num_attention_heads
-        qkv = project(h, [sa.query, sa.key, sa.value], fuse)  # (N, 3 * hidden)
+        qkv = project(h, [sa.query, sa.key, sa.value], fuse, opaque_grad=True)  # (N, 3 * hidden)
         o = t5_varlen_attention(qkv, cu, max_len, None, 0, heads, sa.attention_head_size ** -0.5)
         out = att.output
         h = out.LayerNorm(out.dropout(project(o, [out.dense], fuse)) + h)
