@@ -95,8 +95,14 @@ def kernel_group(name: str) -> str:
         return "flex attention"
     if "t5_attn_" in name:
         return "varlen attention (ours, Triton)"
+    if name.startswith(("gated_gelu_", "quantize_rows_")):  # (before 2026-11-28 these fell under "other")
+        return "our elementwise kernels (Triton: gated GELU backward, row quantiser)"
     if any(t in name for t in ("nvjet", "gemm", "cutlass", "xmma", "splitKreduce")):
-        return "GEMM fp32" if "f32f32" in name else "GEMM bf16"
+        if "f32f32" in name:
+            return "GEMM fp32"
+        # cuBLAS's float8 kernels: nvjet "qq" (e4m3 x e4m3) with output scaling ("ovscale");
+        # (before 2026-11-28 they were counted as "GEMM bf16")
+        return "GEMM float8" if ("_qq" in name or "ovscale" in name) else "GEMM bf16"
     if "softmax" in name:
         return "softmax (unfused attention)"
     if name.startswith("triton"):
