@@ -19,7 +19,9 @@ each state (so a switch that changes the compiled code compiles outside the timi
 segments of ``--steps`` steps alternate ``ATTR = True`` / ``False`` (both orders, ``--rounds``
 pairs), then each state is profiled. ``--ab fp8_kernel`` switches the float8 row quantisations
 between the Triton kernel and Inductor's fused form (train config ``fp8_quantize``), ``--ab
-fp8_gated`` the gated GELU backward between its one-kernel form and Inductor's. Example (a boolean attribute of the trainer; ``stage_copies`` was one, measured and removed):
+fp8_gated`` the gated GELU backward between its one-kernel form and Inductor's, ``--ab
+cpp_wrapper`` the compiled step functions between Inductor's C++ wrapper and its Python one
+(``compile_mode: cpp-wrapper``; both compiled forms stay cached, one per backend). Example (a boolean attribute of the trainer; ``stage_copies`` was one, measured and removed):
 
     python benchmarks/step_trace.py --model-path .gpu/minilm-fp16 \
         --variants bs=192+bf16+compile+varlen+packing --warmup 60 --steps 20 --ab stage_copies --out $OUT/ab
@@ -232,10 +234,23 @@ def save(out: Path, safe: str, res: dict, lines: list[str]) -> None:
 
 
 def set_state(tr, attr: str, state: bool) -> None:
-    """``--ab``: a boolean trainer attribute, or ``fp8_kernel`` / ``fp8_gated`` (every LoRA
+    """``--ab``: a boolean trainer attribute, ``fp8_kernel`` / ``fp8_gated`` (every LoRA
     projection's ``fp8_quantize``: "kernel" / "gated" when True, "compiled" when False;
-    torch.compile recompiles once per state, in the untimed segments before the timed ones)."""
-    if attr in ("fp8_kernel", "fp8_gated"):
+    torch.compile recompiles once per state, in the untimed segments before the timed ones), or
+    ``cpp_wrapper`` (the trainer's compiled functions swapped for ones compiled with Inductor's C++
+    wrapper when True)."""
+    if attr == "cpp_wrapper":  # the compiled step functions, with Inductor's C++ wrapper or not
+        from supergrep.backends.torch_compile import compile_dynamic
+
+        if not tr.cfg.compile:
+            raise SystemExit("--ab cpp_wrapper needs a compiled variant (token compile)")
+        names = ("_encode", "_encode_packed", "_encode_flex", "_encode_varlen", "_loss")
+        if not hasattr(tr, "_ab_impls"):  # both sets kept: Dynamo holds a cache entry per backend
+            tr._ab_impls = {False: {n: getattr(tr, n + "_impl") for n in names},
+                            True: {n: compile_dynamic(getattr(tr, n + "_eager"), "cpp-wrapper") for n in names}}
+        for n, fn in tr._ab_impls[state].items():
+            setattr(tr, n + "_impl", fn)
+    elif attr in ("fp8_kernel", "fp8_gated"):
         from supergrep.backends.torch_lora import LoRALinear
 
         for m in tr.model.modules():
