@@ -299,9 +299,9 @@ def fused_lora_linear(x: torch.Tensor, mods: Sequence[LoRALinear], gated: bool =
     b = _cat([m.lora_B.float() for m in mods])
     bias = None if m0.base.bias is None else _cat([m.base.bias.float() for m in mods])
     outs = tuple(m.out_features for m in mods)
-    if m0.fp8 and fp8_shapes_ok(m0.in_features, outs):
-        grad = torch.is_grad_enabled() and (x2.requires_grad or a.requires_grad or b.requires_grad)
-        with torch.autocast(dev, enabled=False):
+    grad = torch.is_grad_enabled() and (x2.requires_grad or a.requires_grad or b.requires_grad)
+    with torch.autocast(dev, enabled=False):
+        if m0.fp8 and fp8_shapes_ok(m0.in_features, outs):
             with torch.no_grad():
                 ops = _fp8_operands(w, a.detach(), b.detach(), bias, outs, m0.scale, dtype, backward=grad)
                 amax = getattr(m0, "fp8_amax", None)  # delayed scaling (set_fp8_products)
@@ -311,7 +311,7 @@ def fused_lora_linear(x: torch.Tensor, mods: Sequence[LoRALinear], gated: bool =
                     xq, xs = quantize_delayed(x2.detach(), amax)
                 else:
                     xq, xs = (quantize_rows_op if kernel else quantize_rows)(x2.detach())
-            if grad and gated:
+            if grad and gated:  # the activation inside, its backward one op with the quantisation
                 y = _FusedLoRAFp8Gated.apply(x2, a, b, xq, xs, *ops, w.shape[0], outs, m0.scale)
                 return y.reshape(*x.shape[:-1], y.shape[-1])
             if grad:
@@ -319,11 +319,7 @@ def fused_lora_linear(x: torch.Tensor, mods: Sequence[LoRALinear], gated: bool =
                 y = _FusedLoRAFp8.apply(x2, a, b, xq, xs, *ops, w.shape[0], outs, m0.scale, grad_kernel)
             else:
                 y = _fp8_mm(xq, xs, ops[0], ops[1], dtype, w.shape[0] + a.shape[0], ops[5])[:, :w.shape[0]]
-        if gated:
-            y = gated_gelu(y, y.shape[1] // 2)
-        return y.reshape(*x.shape[:-1], y.shape[-1])
-    with torch.autocast(dev, enabled=False):
-        if torch.is_grad_enabled() and (x2.requires_grad or a.requires_grad or b.requires_grad):
+        elif grad:
             y = _FusedLoRA.apply(x2, w, a, b, bias, outs, m0.scale, dtype)
         else:
             y = _forward(x2, w, a, b, bias, outs, m0.scale, dtype)[0]
