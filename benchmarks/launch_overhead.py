@@ -3,8 +3,10 @@ that the training step's profile shows for our custom ops goes (docs/performance
 
 For each kernel, on inputs so small that the GPU finishes first (so the loop measures the host):
 - ``op``: the custom op, as the compiled step calls it (``torch.ops.supergrep.*``);
-- ``direct``: the Python function behind the op (allocations, checks, Triton's launch), no
-  dispatcher;
+- ``op as custom_op``: the same body behind ``torch.library.custom_op`` (the ops' form before
+  ``backends/opdef.py``);
+- ``direct``: the Python function behind the op (allocations, checks, our cached launch), no
+  dispatcher; ``direct, Triton's JIT launch``: the same with ``triton_launch.ENABLED`` off;
 - ``jit launch``: ``kernel[grid](...)`` alone on preallocated outputs (Triton's binder, cache key,
   launcher);
 - ``compiled runner``: the kernel compiled once (``JITFunction.warmup``) and launched through its
@@ -52,7 +54,7 @@ def jit_and_runner(kernel, grid, args: tuple, kwargs: dict):
         values = dict(zip(names, args, strict=False))
         values.update({k: v for k, v in kwargs.items() if k in names})
         ordered = [values[n] for n in names]
-        run = compiled[grid]
+        run = compiled[tuple(grid) + (1,) * (3 - len(grid))]  # CompiledKernel's runner indexes three
 
         def runner():
             run(*ordered)
@@ -64,8 +66,42 @@ def jit_and_runner(kernel, grid, args: tuple, kwargs: dict):
         return jit, repr(e)[:300]
 
 
+def legacy_ops():
+    """The twenty-third session's form of two ops, ``torch.library.custom_op`` (Python autograd and
+    backend wrappers around the same bodies), under a namespace of their own: the op layer's cost
+    before and after ``backends/opdef.py`` in one run."""
+    from supergrep.backends.t5_attention import _attn_fake, _attn_impl
+    from supergrep.backends.torch_fp8 import _gated_gelu_bwd_fake, _gated_gelu_bwd_impl
+
+    schema = lambda op: str(op._schema)[len(op._schema.name):]  # noqa: E731 - "(args) -> (outs)"
+    attn = torch.library.custom_op("sgbench::attn", _attn_impl, mutates_args=(),
+                                   schema=schema(torch.ops.supergrep.t5_varlen_attn.default))
+    attn.register_fake(_attn_fake)
+    gated = torch.library.custom_op("sgbench::gated", _gated_gelu_bwd_impl, mutates_args=(),
+                                    schema=schema(torch.ops.supergrep.gated_gelu_bwd_fp8.default))
+    gated.register_fake(_gated_gelu_bwd_fake)
+    return torch.ops.sgbench.attn, torch.ops.sgbench.gated
+
+
+def cached_vs_jit(fn) -> bool:
+    """Whether ``fn()`` gives bitwise equal outputs with our cached launches and with Triton's JIT
+    launch (each run twice, so the cached one is a hit)."""
+    from supergrep.backends import triton_launch
+
+    results = {}
+    for state in (True, False):
+        triton_launch.ENABLED = state
+        fn()
+        results[state] = fn()
+    triton_launch.ENABLED = True
+    a, b = results[True], results[False]
+    a, b = (a if isinstance(a, tuple) else (a,)), (b if isinstance(b, tuple) else (b,))
+    return all(torch.equal(x.float(), y.float()) for x, y in zip(a, b, strict=True))
+
+
 def main() -> None:
     from supergrep.backends import triton_gated_gelu as gk
+    from supergrep.backends import triton_launch
     from supergrep.backends import triton_t5_attention as ak
     from supergrep.backends.t5_attention import kernel_options
     from supergrep.backends.torch_fp8 import gated_gelu_backward_fp8
@@ -89,8 +125,13 @@ def main() -> None:
     cu = torch.tensor([0, L], dtype=torch.int32, device=dev)
     table = torch.randn(heads, 2 * dist + 1, device=dev)
     opts = kernel_options()
+    old_attn, old_gated = legacy_ops()
     us["attn forward: op"] = per_call_us(lambda: torch.ops.supergrep.t5_varlen_attn(qkv, cu, table, L, dist, heads, 1.0), n)
+    us["attn forward: op as custom_op (before opdef.py)"] = per_call_us(lambda: old_attn(qkv, cu, table, L, dist, heads, 1.0), n)
     us["attn forward: direct"] = per_call_us(lambda: ak.forward(qkv, cu, L, table, dist, heads, 1.0, **opts), n)
+    triton_launch.ENABLED = False
+    us["attn forward: direct, Triton's JIT launch"] = per_call_us(lambda: ak.forward(qkv, cu, L, table, dist, heads, 1.0, **opts), n)
+    triton_launch.ENABLED = True
     o, lse = ak.forward(qkv, cu, L, table, dist, heads, 1.0, **opts)
     do = torch.randn_like(o)
     fwd_args = (qkv, o, lse, cu, table, qkv.stride(0), o.stride(0), heads, dist, table.shape[-1], 1.0, L)
@@ -102,13 +143,26 @@ def main() -> None:
     us["attn backward: op"] = per_call_us(
         lambda: torch.ops.supergrep.t5_varlen_attn_bwd(do, qkv, o, lse, cu, table, L, dist, heads, 1.0), n)
     us["attn backward: direct"] = per_call_us(lambda: ak.backward(do, qkv, o, lse, cu, L, table, dist, heads, 1.0, **opts), n)
+    triton_launch.ENABLED = False
+    us["attn backward: direct, Triton's JIT launch"] = per_call_us(
+        lambda: ak.backward(do, qkv, o, lse, cu, L, table, dist, heads, 1.0, **opts), n)
+    triton_launch.ENABLED = True
+    report["cached equals jit"] = {
+        "attn forward": cached_vs_jit(lambda: ak.forward(qkv, cu, L, table, dist, heads, 1.0, **opts)),
+        "attn backward": cached_vs_jit(lambda: ak.backward(do, qkv, o, lse, cu, L, table, dist, heads, 1.0, **opts)),
+    }
 
     # the gated GELU backward at xtr-base's width, 64 tokens
     h = torch.randn(64, 4096 + 32, device=dev, dtype=torch.bfloat16)
     da = torch.randn(64, 2048, device=dev, dtype=torch.bfloat16)
     us["gated: op"] = per_call_us(lambda: torch.ops.supergrep.gated_gelu_bwd_fp8(h, da, 2048), n)
     us["gated: via gated_gelu_backward_fp8"] = per_call_us(lambda: gated_gelu_backward_fp8(h, da, 2048), n)
+    us["gated: op as custom_op (before opdef.py)"] = per_call_us(lambda: old_gated(h, da, 2048), n)
     us["gated: direct"] = per_call_us(lambda: gk.gated_gelu_backward_fp8(h, da, 2048), n)
+    triton_launch.ENABLED = False
+    us["gated: direct, Triton's JIT launch"] = per_call_us(lambda: gk.gated_gelu_backward_fp8(h, da, 2048), n)
+    triton_launch.ENABLED = True
+    report["cached equals jit"]["gated"] = cached_vs_jit(lambda: gk.gated_gelu_backward_fp8(h, da, 2048))
     g, q, s = gk.gated_gelu_backward_fp8(h, da, 2048)
     bm, bw, warps = gk.launch_config(2048)
     g_args = (h, da, g, q, s, 64, 2048, h.stride(0), da.stride(0), g.stride(0), q.stride(0))
@@ -117,7 +171,8 @@ def main() -> None:
     us["gated: jit launch"] = per_call_us(jit, n)
     us["gated: compiled runner"] = per_call_us(runner, n) if callable(runner) else runner
     for k, v in us.items():
-        print(f"{k:45s} {v if isinstance(v, str) else f'{v:8.1f} us'}", flush=True)
+        print(f"{k:50s} {v if isinstance(v, str) else f'{v:8.1f} us'}", flush=True)
+    print("cached launches equal Triton's:", report["cached equals jit"], flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(report, f, indent=1)

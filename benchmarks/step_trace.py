@@ -21,7 +21,8 @@ pairs), then each state is profiled. ``--ab fp8_kernel`` switches the float8 row
 between the Triton kernel and Inductor's fused form (train config ``fp8_quantize``), ``--ab
 fp8_gated`` the gated GELU backward between its one-kernel form and Inductor's, ``--ab
 cpp_wrapper`` the compiled step functions between Inductor's C++ wrapper and its Python one
-(``compile_mode: cpp-wrapper``; both compiled forms stay cached, one per backend). Example (a boolean attribute of the trainer; ``stage_copies`` was one, measured and removed):
+(``compile_mode: cpp-wrapper``; both compiled forms stay cached, one per backend), ``--ab
+fast_launch`` our Triton kernels' cached launches against Triton's JIT dispatch. Example (a boolean attribute of the trainer; ``stage_copies`` was one, measured and removed):
 
     python benchmarks/step_trace.py --model-path .gpu/minilm-fp16 \
         --variants bs=192+bf16+compile+varlen+packing --warmup 60 --steps 20 --ab stage_copies --out $OUT/ab
@@ -238,7 +239,9 @@ def set_state(tr, attr: str, state: bool) -> None:
     projection's ``fp8_quantize``: "kernel" / "gated" when True, "compiled" when False;
     torch.compile recompiles once per state, in the untimed segments before the timed ones), or
     ``cpp_wrapper`` (the trainer's compiled functions swapped for ones compiled with Inductor's C++
-    wrapper when True)."""
+    wrapper when True), or ``fast_launch`` (our Triton kernels launched through
+    ``triton_launch.CachedKernel`` when True, through Triton's JIT dispatch when False; no
+    recompile: the launch happens inside our ops' Python)."""
     if attr == "cpp_wrapper":  # the compiled step functions, with Inductor's C++ wrapper or not
         from supergrep.backends.torch_compile import compile_dynamic
 
@@ -246,10 +249,16 @@ def set_state(tr, attr: str, state: bool) -> None:
             raise SystemExit("--ab cpp_wrapper needs a compiled variant (token compile)")
         names = ("_encode", "_encode_packed", "_encode_flex", "_encode_varlen", "_loss")
         if not hasattr(tr, "_ab_impls"):  # both sets kept: Dynamo holds a cache entry per backend
-            tr._ab_impls = {False: {n: getattr(tr, n + "_impl") for n in names},
-                            True: {n: compile_dynamic(getattr(tr, n + "_eager"), "cpp-wrapper") for n in names}}
+            have = tr.compile_mode == "cpp-wrapper"  # the trainer's own (train config compile_mode)
+            tr._ab_impls = {have: {n: getattr(tr, n + "_impl") for n in names},
+                            not have: {n: compile_dynamic(getattr(tr, n + "_eager"), None if have else "cpp-wrapper")
+                                       for n in names}}
         for n, fn in tr._ab_impls[state].items():
             setattr(tr, n + "_impl", fn)
+    elif attr == "fast_launch":  # our Triton kernels' cached launches (backends/triton_launch.py) or Triton's JIT
+        from supergrep.backends import triton_launch
+
+        triton_launch.ENABLED = state
     elif attr in ("fp8_kernel", "fp8_gated"):
         from supergrep.backends.torch_lora import LoRALinear
 

@@ -459,3 +459,44 @@ def test_cpp_wrapper_mode_compiles_with_inductors_cpp_wrapper():
         torch.testing.assert_close(out, ref)
         torch.testing.assert_close(g, g_ref)
         torch._dynamo.reset()
+
+
+def test_compile_mode_auto_is_the_cpp_wrapper_on_cuda_only():
+    from supergrep.backends.torch_compile import resolve_compile_mode
+    from supergrep.train.config import TrainConfig
+
+    assert TrainConfig().compile_mode == "auto"
+    assert resolve_compile_mode("auto", torch.device("cuda")) == "cpp-wrapper"
+    assert resolve_compile_mode("auto", torch.device("cpu")) is None
+    assert resolve_compile_mode("default", torch.device("cuda")) is None
+    assert resolve_compile_mode("reduce-overhead", torch.device("cuda")) == "reduce-overhead"
+
+
+def test_cpp_wrapper_falls_back_to_the_python_wrapper_when_it_does_not_build(monkeypatch, caplog):
+    """A machine where the C++ wrapper fails to build (no compiler, no CUDA headers) trains on with
+    the Python wrapper and one warning, instead of dying after the first compile."""
+    from supergrep.backends import torch_compile
+
+    real = torch.compile
+    modes = []
+
+    def fake_compile(fn, **kw):
+        cpp = bool((kw.get("options") or {}).get("cpp_wrapper"))
+        modes.append(cpp)
+        if not cpp:
+            return real(fn, **kw)
+
+        def broken(*a, **k):
+            raise torch._dynamo.exc.BackendCompilerFailed(lambda *a: None, RuntimeError("cannot find cuda.h"), None)
+        return broken
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    torch._dynamo.reset()
+    fn = torch_compile.compile_dynamic(lambda x, s: (x * s).relu().sum(), "cpp-wrapper")
+    x = torch.randn(5)
+    with caplog.at_level("WARNING"):
+        assert torch.equal(fn(x, 2.0), (x * 2.0).relu().sum())
+        assert torch.equal(fn(x, 2.0), (x * 2.0).relu().sum())
+    assert modes == [True, False] and fn.fallen_back
+    assert sum("C++ wrapper did not build" in r.message for r in caplog.records) == 1
+    torch._dynamo.reset()

@@ -1,9 +1,9 @@
 """T5 self-attention over documents laid end to end (``varlen``): one flat (N, ...) token layout,
 no padding, document starts in ``cu``.
 
-``t5_varlen_attention`` runs the Triton kernels of ``triton_t5_attention`` on CUDA (as a
-``torch.library`` custom op, so ``torch.compile`` keeps it as one opaque call with its own
-backward) and the same attention written in torch elsewhere (CPU training and the tests).
+``t5_varlen_attention`` runs the Triton kernels of ``triton_t5_attention`` on CUDA (as two
+``torch.library`` operators, so ``torch.compile`` keeps each as one opaque call, joined by an
+autograd function) and the same attention written in torch elsewhere (CPU training and the tests).
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 
 import torch
+
+from supergrep.backends.opdef import define_op
 
 # Measured on an H100 at xtr-base's shape, batch 192 (benchmarks/varlen_attention.py,
 # benchmarks/results/gpu-h100-2026-11-24-varlen/attn-dense): 64 x 32 tiles, 4 warps, 2 stages were
@@ -69,47 +71,48 @@ def reference_attention(qkv: torch.Tensor, cu: torch.Tensor, max_len: int, table
     return o[valid].to(qkv.dtype)  # documents are contiguous and in order, so valid rows are the flat tokens
 
 
-@torch.library.custom_op("supergrep::t5_varlen_attn", mutates_args=())
-def _attn(qkv: torch.Tensor, cu: torch.Tensor, table: torch.Tensor, max_len: int, dist: int, heads: int,
-          scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _attn_impl(qkv, cu, table, max_len, dist, heads, scale):
     from supergrep.backends import triton_t5_attention as k
 
     return k.forward(qkv, cu, max_len, table, dist, heads, scale, **kernel_options())
 
 
-@_attn.register_fake
-def _(qkv, cu, table, max_len, dist, heads, scale):
+def _attn_fake(qkv, cu, table, max_len, dist, heads, scale):
     n, width = qkv.shape
     return qkv.new_empty((n, width // 3)), qkv.new_empty((heads, n), dtype=torch.float32)
 
 
-@torch.library.custom_op("supergrep::t5_varlen_attn_bwd", mutates_args=())
-def _attn_bwd(do: torch.Tensor, qkv: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, cu: torch.Tensor,
-              table: torch.Tensor, max_len: int, dist: int, heads: int, scale: float) -> torch.Tensor:
+def _attn_bwd_impl(do, qkv, o, lse, cu, table, max_len, dist, heads, scale):
     from supergrep.backends import triton_t5_attention as k
 
     return k.backward(do, qkv, o, lse, cu, max_len, table, dist, heads, scale, **kernel_options())
 
 
-@_attn_bwd.register_fake
-def _(do, qkv, o, lse, cu, table, max_len, dist, heads, scale):
+def _attn_bwd_fake(do, qkv, o, lse, cu, table, max_len, dist, heads, scale):
     return qkv.new_empty(qkv.shape)  # contiguous, as the kernels write it (qkv may be a strided view)
 
 
-def _setup(ctx, inputs, output):
-    qkv, cu, table, max_len, dist, heads, scale = inputs
-    o, lse = output
-    ctx.save_for_backward(qkv, o, lse, cu, table)
-    ctx.args = (max_len, dist, heads, scale)
+# Bare operators (opdef.py: no custom_op wrappers), so a compiled graph calls the kernels' Python
+# directly; the autograd is _VarlenAttention's.
+_attn = define_op("supergrep::t5_varlen_attn", "(Tensor qkv, Tensor cu, Tensor table, SymInt max_len, SymInt dist, "
+                  "SymInt heads, float scale) -> (Tensor, Tensor)", _attn_impl, _attn_fake)
+_attn_bwd = define_op("supergrep::t5_varlen_attn_bwd", "(Tensor do, Tensor qkv, Tensor o, Tensor lse, Tensor cu, "
+                      "Tensor table, SymInt max_len, SymInt dist, SymInt heads, float scale) -> Tensor",
+                      _attn_bwd_impl, _attn_bwd_fake)
 
 
-def _backward(ctx, do, _dlse):
-    qkv, o, lse, cu, table = ctx.saved_tensors
-    max_len, dist, heads, scale = ctx.args
-    return _attn_bwd(do, qkv, o, lse, cu, table, max_len, dist, heads, scale), None, None, None, None, None, None
+class _VarlenAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, qkv, cu, table, max_len, dist, heads, scale):
+        o, lse = _attn(qkv, cu, table, max_len, dist, heads, scale)
+        ctx.save_for_backward(qkv, o, lse, cu, table)
+        ctx.args = (max_len, dist, heads, scale)
+        return o
 
-
-_attn.register_autograd(_backward, setup_context=_setup)
+    @staticmethod
+    def backward(ctx, do):
+        qkv, o, lse, cu, table = ctx.saved_tensors
+        return _attn_bwd(do, qkv, o, lse, cu, table, *ctx.args), None, None, None, None, None, None
 
 
 def t5_varlen_attention(qkv: torch.Tensor, cu: torch.Tensor, max_len: int, table: torch.Tensor | None, dist: int,
@@ -127,6 +130,6 @@ def t5_varlen_attention(qkv: torch.Tensor, cu: torch.Tensor, max_len: int, table
     if table is None:
         table = qkv.new_empty(0, dtype=torch.float32)  # the kernels' BIAS 0
     if qkv.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":  # the kernels (on a CPU: Triton's interpreter)
-        return _attn(qkv, cu, table.detach().float().contiguous(), max_len, int(dist), int(heads),
-                     float(scale))[0]
+        return _VarlenAttention.apply(qkv, cu, table.detach().float().contiguous(), max_len, int(dist), int(heads),
+                                      float(scale))
     return reference_attention(qkv, cu, max_len, table.detach(), dist, heads, scale)

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from supergrep.backends.opdef import define_op
+
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0  # the largest finite e4m3fn value
 
@@ -83,8 +85,7 @@ def _triton_quant() -> bool:
     return True
 
 
-@torch.library.custom_op("supergrep::fp8_quantize_rows", mutates_args=())
-def _quantize_rows_op(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _quantize_rows_impl(x):
     if (x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1") and _triton_quant():
         from supergrep.backends import triton_fp8_quant
 
@@ -93,9 +94,13 @@ def _quantize_rows_op(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q.contiguous(), s
 
 
-@_quantize_rows_op.register_fake
-def _(x):
+def _quantize_rows_fake(x):
     return x.new_empty(x.shape, dtype=FP8), x.new_empty((x.shape[0], 1), dtype=torch.float32)
+
+
+# a bare operator (opdef.py: the dispatcher calls the Python directly, no custom_op wrappers)
+_quantize_rows_op = define_op("supergrep::fp8_quantize_rows", "(Tensor x) -> (Tensor, Tensor)", _quantize_rows_impl,
+                              _quantize_rows_fake)
 
 
 def quantize_rows_op(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -125,8 +130,7 @@ def gated_gelu_backward(h: torch.Tensor, d: torch.Tensor, width: int) -> torch.T
     return torch.cat([d * b * dgelu, d * 0.5 * a * (1.0 + t)], dim=1).to(h.dtype)
 
 
-@torch.library.custom_op("supergrep::gated_gelu_bwd_fp8", mutates_args=())
-def _gated_gelu_bwd_op(h: torch.Tensor, d: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _gated_gelu_bwd_impl(h, d, width):
     if (h.is_cuda or os.environ.get("TRITON_INTERPRET") == "1") and _triton_quant():
         from supergrep.backends import triton_gated_gelu
 
@@ -136,11 +140,14 @@ def _gated_gelu_bwd_op(h: torch.Tensor, d: torch.Tensor, width: int) -> tuple[to
     return g, q.contiguous(), s
 
 
-@_gated_gelu_bwd_op.register_fake
-def _(h, d, width):
+def _gated_gelu_bwd_fake(h, d, width):
     n = h.shape[0]
     return (h.new_empty((n, 2 * width)), h.new_empty((n, 2 * width), dtype=FP8),
             h.new_empty((n, 1), dtype=torch.float32))
+
+
+_gated_gelu_bwd_op = define_op("supergrep::gated_gelu_bwd_fp8", "(Tensor h, Tensor d, SymInt width) -> (Tensor, Tensor, Tensor)",
+                               _gated_gelu_bwd_impl, _gated_gelu_bwd_fake)
 
 
 def gated_gelu_backward_fp8(h: torch.Tensor, d: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

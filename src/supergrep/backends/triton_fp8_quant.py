@@ -20,6 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
+from supergrep.backends.triton_launch import CachedKernel
+
 FP8_MAX = tl.constexpr(448.0)  # a global inside @triton.jit must be a constexpr
 
 
@@ -43,6 +45,9 @@ def quantize_rows_kernel(x_ptr, q_ptr, s_ptr, n_rows, n_cols, stride_x, stride_q
     tl.store(s_ptr + rows, scale, mask=rows < n_rows)
 
 
+_KERNEL = CachedKernel(quantize_rows_kernel)  # launched without Triton's binder (triton_launch.py)
+
+
 def launch_config(n_cols: int) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_D, num_warps): ~4,096 elements a program (16 a thread at 8 warps, so each
     thread loads 16-byte vectors of bf16), whole rows."""
@@ -63,7 +68,7 @@ def quantize_rows(x: torch.Tensor, out_fp32: bool = False) -> tuple[torch.Tensor
     scale = torch.empty((n_rows, 1), device=x.device, dtype=torch.float32)
     if n_rows:
         block_m, block_d, warps = launch_config(n_cols)
-        quantize_rows_kernel[(triton.cdiv(n_rows, block_m),)](
+        _KERNEL[(triton.cdiv(n_rows, block_m),)](
             x, q, scale, n_rows, n_cols, x.stride(0), q.stride(0),
             BLOCK_M=block_m, BLOCK_D=block_d, OUT_FP32=out_fp32, num_warps=warps)
     return q, scale

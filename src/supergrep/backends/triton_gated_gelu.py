@@ -23,6 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
+from supergrep.backends.triton_launch import CachedKernel
+
 FP8_MAX = tl.constexpr(448.0)
 
 
@@ -66,6 +68,9 @@ def gated_gelu_bwd_quant_kernel(h_ptr, d_ptr, g_ptr, q_ptr, s_ptr, n_rows, width
     tl.store(s_ptr + rows, scale, mask=rows < n_rows)
 
 
+_KERNEL = CachedKernel(gated_gelu_bwd_quant_kernel)  # launched without Triton's binder (triton_launch.py)
+
+
 def launch_config(width: int) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_W, num_warps): ~4,096 elements of each of h0, h1, d a program (16 a thread
     at 8 warps: 16-byte vector loads of bf16), whole rows."""
@@ -94,7 +99,7 @@ def gated_gelu_backward_fp8(h: torch.Tensor, d: torch.Tensor, width: int, out_fp
         block_m, block_w, warps = launch_config(width)
         if config is not None:
             block_m, warps = config
-        gated_gelu_bwd_quant_kernel[(triton.cdiv(n, block_m),)](
+        _KERNEL[(triton.cdiv(n, block_m),)](
             h, d, g, q, scale, n, width, h.stride(0), d.stride(0), g.stride(0), q.stride(0),
             BLOCK_M=block_m, BLOCK_W=block_w, OUT_FP32=out_fp32, num_warps=warps)
     return g, q, scale

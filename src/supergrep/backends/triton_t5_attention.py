@@ -23,6 +23,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from supergrep.backends.triton_launch import CachedKernel
+
 LOG2E = tl.constexpr(1.4426950408889634)  # a global inside @triton.jit must be a constexpr
 
 
@@ -224,6 +226,11 @@ def t5_attn_bwd_delta_kernel(Out, DO, DELTA, stride_otok, stride_dotok, n_tokens
     tl.store(DELTA + h * n_tokens + t64, tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1), mask=toks < n_tokens)
 
 
+# launched without Triton's per-call binder (triton_launch.py)
+_FWD, _DKDV, _DQ, _DELTA = (CachedKernel(k) for k in (t5_attn_fwd_kernel, t5_attn_bwd_dkdv_kernel, t5_attn_bwd_dq_kernel,
+                                                      t5_attn_bwd_delta_kernel))
+
+
 def _block_d(head_dim: int) -> int:
     return max(16, triton.next_power_of_2(head_dim))
 
@@ -254,7 +261,7 @@ def forward(qkv, cu, max_len: int, table, dist: int, heads: int, scale: float, b
     grid = (triton.cdiv(max_len, block_m), n_docs * heads)
     mode = _bias_mode(table, bias)
     table_arg = table if table.numel() else cu  # BIAS 0 never reads it; an empty tensor has no valid pointer
-    t5_attn_fwd_kernel[grid](qkv, o, lse, cu, table_arg, qkv.stride(0), o.stride(0), heads, dist, table.shape[-1],
+    _FWD[grid](qkv, o, lse, cu, table_arg, qkv.stride(0), o.stride(0), heads, dist, table.shape[-1],
                              scale, n, HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,
                              IEEE=qkv.dtype == torch.float32, BIAS=mode, num_warps=num_warps,
                              num_stages=num_stages)
@@ -273,8 +280,8 @@ def backward(do, qkv, o, lse, cu, max_len: int, table, dist: int, heads: int, sc
     if do.stride(1) != 1:  # any row stride is fine (dO often is a view of a wider GEMM output)
         do = do.contiguous()
     delta = torch.empty((heads, n), dtype=torch.float32, device=qkv.device)
-    t5_attn_bwd_delta_kernel[(triton.cdiv(n, 64), heads)](o, do, delta, o.stride(0), do.stride(0), n, heads,
-                                                          HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), BLOCK_T=64)
+    _DELTA[(triton.cdiv(n, 64), heads)](o, do, delta, o.stride(0), do.stride(0), n, heads,
+                                        HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), BLOCK_T=64)
     # its own (contiguous) layout: qkv may be a strided view of a wider GEMM output
     dqkv = torch.empty(qkv.shape, dtype=qkv.dtype, device=qkv.device)
     n_docs = cu.shape[0] - 1
@@ -283,8 +290,8 @@ def backward(do, qkv, o, lse, cu, max_len: int, table, dist: int, heads: int, sc
                   num_stages=num_stages)
     args = (qkv, do, lse, delta, dqkv, cu, table if table.numel() else cu, qkv.stride(0), do.stride(0),
             dqkv.stride(0), heads, dist, table.shape[-1], scale, n)
-    t5_attn_bwd_dkdv_kernel[(triton.cdiv(max_len, block_n), n_docs * heads)](*args, **common)
-    t5_attn_bwd_dq_kernel[(triton.cdiv(max_len, block_m), n_docs * heads)](*args, **common)
+    _DKDV[(triton.cdiv(max_len, block_n), n_docs * heads)](*args, **common)
+    _DQ[(triton.cdiv(max_len, block_m), n_docs * heads)](*args, **common)
     return dqkv
 
 
