@@ -243,13 +243,14 @@ def set_state(tr, attr: str, state: bool) -> None:
     ``triton_launch.CachedKernel`` when True, through Triton's JIT dispatch when False; no
     recompile: the launch happens inside our ops' Python)."""
     if attr == "cpp_wrapper":  # the compiled step functions, with Inductor's C++ wrapper or not
-        from supergrep.backends.torch_compile import compile_dynamic
+        from supergrep.backends.torch_compile import bind_autograd_thread_context, compile_dynamic
 
         if not tr.cfg.compile:
             raise SystemExit("--ab cpp_wrapper needs a compiled variant (token compile)")
         names = ("_encode", "_encode_packed", "_encode_flex", "_encode_varlen", "_loss")
         if not hasattr(tr, "_ab_impls"):  # both sets kept: Dynamo holds a cache entry per backend
             have = tr.compile_mode == "cpp-wrapper"  # the trainer's own (train config compile_mode)
+            bind_autograd_thread_context(tr.device)
             tr._ab_impls = {have: {n: getattr(tr, n + "_impl") for n in names},
                             not have: {n: compile_dynamic(getattr(tr, n + "_eager"), None if have else "cpp-wrapper")
                                        for n in names}}

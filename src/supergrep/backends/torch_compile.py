@@ -41,6 +41,25 @@ class _CppWrapperOrPython:
             return self.impl(*args, **kwargs)
 
 
+def bind_autograd_thread_context(device: torch.device) -> None:
+    """Make the CUDA context current on the autograd engine's worker thread for ``device``.
+
+    Inductor's C++ wrapper launches its kernels with the CUDA driver API, which needs a context
+    current on the calling thread; the compiled backward runs on the autograd engine's device
+    thread, where nothing has made one current if no eager CUDA kernel ran there before (torch
+    2.11, H200: "CUDA driver error: invalid device context" in the first backward when the C++
+    wrapper was on from the start). One tiny eager backward on the device runs a runtime-API
+    kernel on that thread, which binds the primary context; the thread lives as long as the
+    process."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return
+    x = torch.ones(1, device=device, requires_grad=True)
+    y = x * 2.0
+    y.register_hook(lambda g: torch.cuda.current_stream(g.device).query() and None)  # runs on that thread
+    y.sum().backward()
+
+
 def _patched(compiled):
     return torch._dynamo.config.patch(specialize_float=True)(compiled)
 

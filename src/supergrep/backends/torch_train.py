@@ -31,7 +31,11 @@ from torch import nn
 
 from supergrep.backends.adapters import projection_init
 from supergrep.backends.torch_backend import build_dense, load_encoder, pick_device
-from supergrep.backends.torch_compile import compile_dynamic, resolve_compile_mode
+from supergrep.backends.torch_compile import (
+    bind_autograd_thread_context,
+    compile_dynamic,
+    resolve_compile_mode,
+)
 from supergrep.backends.torch_lora import adapter_state, linear_to_lora_layers, load_adapter_state
 from supergrep.backends.torch_ops import TorchOps
 from supergrep.errors import TrainingError, UsageError
@@ -197,6 +201,8 @@ class TorchTrainer:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.model.train()
         mode = self.compile_mode = resolve_compile_mode(cfg.compile_mode, self.device)
+        if cfg.compile and mode == "cpp-wrapper":
+            bind_autograd_thread_context(self.device)
         self._cudagraphs = cfg.compile and self.device.type == "cuda" and cfg.compile_mode == "reduce-overhead"
         self._encode_impl = compile_dynamic(self._encode_eager, mode) if cfg.compile else self._encode_eager
         self._pack_offset = self._packing_positions(spec.model_type, model) if cfg.packing else None
