@@ -34,6 +34,9 @@ def main() -> None:
     ap.add_argument("--fwd-only", action="store_true",
                     help="index-time encoding: the forward alone over a wider grid of tiles, the dense bias in "
                          "float32 and float16; no backward, no FlexAttention (e.g. --docs 790 --queries 0)")
+    ap.add_argument("--bwd-sweep", action="store_true",
+                    help="training's backward alone: the dK/dV kernel's tiles over a grid (dQ at the shared tiles), "
+                         "then the dQ kernel's with the best dK/dV; the dense bias; no forward grid, no FlexAttention")
     args = ap.parse_args()
 
     import triton.testing
@@ -92,6 +95,12 @@ def main() -> None:
         return fwd, fwd_bwd
 
     do16 = do.bfloat16()
+    if args.bwd_sweep:
+        res["bwd_sweep"] = bwd_sweep(K, qkv, cu, max_len, dense, dist, heads, do16, useful_bwd, rel)
+        if args.out:
+            with open(args.out, "w") as fh:
+                json.dump(res, fh, indent=1)
+        return
     if args.fwd_only:
         res["fwd_only"] = fwd_sweep(K, qkv, cu, max_len, table, dense, dist, heads, o, useful_fwd, rel)
         if args.out:
@@ -185,6 +194,43 @@ def main() -> None:
         with open(args.out, "w") as fh:
             json.dump(res, fh, indent=1)
     assert math.isfinite(res["check"]["fwd_rel_err"])
+
+
+def bwd_sweep(K, qkv, cu, max_len, dense, dist, heads, do16, useful_bwd, rel) -> dict:
+    """The backward (delta + dK/dV + dQ kernels) at training's tiles, then each kernel's tiles
+    alone: (block_m, block_n, warps, stages); d(qkv) checked against the shared tiles' result."""
+    import triton.testing
+
+    shared = {"block_m": 64, "block_n": 32, "num_warps": 4, "num_stages": 2}  # t5_attention._BLOCKS
+    o, lse = K.forward(qkv, cu, max_len, dense, dist, heads, 1.0, **shared)
+    g_ref = K.backward(do16, qkv, o, lse, cu, max_len, dense, dist, heads, 1.0, **shared)
+
+    def run(dkdv, dq):
+        fn = lambda: K.backward(do16, qkv, o, lse, cu, max_len, dense, dist, heads, 1.0, **shared,  # noqa: E731
+                                dkdv=dkdv, dq=dq)
+        try:
+            ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+            row = {"dkdv": dkdv, "dq": dq, "ms": ms, "tflops": useful_bwd / ms / 1e9, "rel_err": rel(fn(), g_ref)}
+        except Exception as exc:  # noqa: BLE001 - a tile that does not compile is a row
+            row = {"dkdv": dkdv, "dq": dq, "error": f"{type(exc).__name__}: {str(exc)[:160]}"}
+        print(row, flush=True)
+        return row
+
+    base = (64, 32, 4, 2)
+    rows = [run(base, base)]
+    for t in ((32, 64, 4, 2), (64, 64, 4, 2), (64, 64, 8, 2), (32, 64, 4, 3), (64, 64, 4, 3), (32, 128, 8, 2),
+              (64, 128, 8, 2), (16, 64, 4, 2), (32, 32, 4, 2), (32, 128, 4, 2), (64, 128, 8, 3), (128, 64, 8, 2)):
+        rows.append(run(t, base))
+    ok = lambda r: "ms" in r and r["rel_err"] < 1e-2  # noqa: E731
+    best_dkdv = min((r for r in rows if ok(r)), key=lambda r: r["ms"])["dkdv"]
+    for t in ((64, 64, 4, 2), (128, 32, 8, 2), (128, 64, 8, 2), (64, 64, 8, 2), (32, 64, 4, 2), (64, 32, 4, 3),
+              (128, 32, 4, 2), (64, 16, 4, 2), (128, 64, 8, 3), (32, 32, 4, 2)):
+        rows.append(run(best_dkdv, t))
+    best = min((r for r in rows if ok(r)), key=lambda r: r["ms"])
+    print(f"backward at the shared tiles {rows[0]['ms']:.3f} ms ({rows[0]['tflops']:.0f} TFLOP/s); best dK/dV "
+          f"{best['dkdv']}, dQ {best['dq']}: {best['ms']:.3f} ms ({best['tflops']:.0f} TFLOP/s), "
+          f"{rows[0]['ms'] / best['ms']:.2f}x", flush=True)
+    return {"rows": rows, "best": best, "shared": rows[0]}
 
 
 def fwd_sweep(K, qkv, cu, max_len, table, dense, dist, heads, o_ref, useful_fwd, rel) -> list[dict]:

@@ -116,6 +116,10 @@ g1 = K.backward(do.float(), qkv, o1, l1, cu, max_len, table, dist, heads, 0.7, b
 g2 = K.backward(do.float(), qkv, o2, l2, cu, max_len, dense, dist, heads, 0.7, block_m=16, block_n=32)
 o0, _ = K.forward(qkv, cu, max_len, table, dist, heads, 0.7, block_m=32, block_n=16, bias=0)
 out["dense"] = [float((o2 - o1).abs().max()), float((g2 - g1).abs().max()), float((o0 - o1).abs().max())]
+# the backward kernels with tiles of their own (dK/dV over 64-key blocks, dQ over 32-query blocks)
+g3 = K.backward(do.float(), qkv, o2, l2, cu, max_len, dense, dist, heads, 0.7, block_m=16, block_n=32,
+                dkdv=(16, 64, 4, 2), dq=(32, 16, 4, 2))
+out["split"] = [float((g3 - g2).abs().max())]
 # through the custom op and its registered backward, eager and compiled
 qkv = torch.randn(sum(lengths), 3 * heads * d, requires_grad=True)
 ref = reference_attention(qkv, cu, max_len, table, dist, heads)
@@ -141,13 +145,14 @@ def test_the_triton_kernels_match_the_reference_in_the_interpreter():
     res = subprocess.run([sys.executable, "-c", KERNEL_CHECK], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    for key, (fwd, bwd, o_dtype, g_dtype) in ((k, v) for k, v in out.items() if k not in ("op", "compiled", "dense", "nobias")):
+    for key, (fwd, bwd, o_dtype, g_dtype) in ((k, v) for k, v in out.items() if k not in ("op", "compiled", "dense", "nobias", "split")):
         tol = 1e-5 if "float32" in key else 2e-3  # fp16 operands, fp32 accumulation
         assert fwd < tol and bwd < tol and o_dtype and g_dtype, (key, fwd, bwd)
     for key in ("op", "compiled", "nobias"):
         assert max(out[key]) < 1e-4, (key, out[key])
     dense_fwd, dense_bwd, no_bias = out["dense"]
     assert dense_fwd < 1e-5 and dense_bwd < 1e-5 and no_bias > 1e-2  # the bias matters, and both paths add it
+    assert out["split"][0] < 1e-5
 
 
 def _short(trainer, batch):

@@ -33,6 +33,21 @@ def kernel_options() -> dict:
     return {"block_m": m, "block_n": n, "num_warps": w, "num_stages": s}
 
 
+# The backward kernels' own tiles, (block_m, block_n, num_warps, num_stages) each; None: the shared
+# _BLOCKS (benchmarks/varlen_attention.py --bwd-sweep measures them alone).
+_BWD_BLOCKS: dict[str, tuple | None] = {"dkdv": None, "dq": None}
+
+
+def bwd_kernel_options() -> dict:
+    """The backward kernels' tiles: ``_BWD_BLOCKS``, or ``SUPERGREP_T5_ATTN_BWD=m,n,w,s;m,n,w,s``
+    (dK/dV; dQ) for the sweep."""
+    env = os.environ.get("SUPERGREP_T5_ATTN_BWD")
+    if not env:
+        return dict(_BWD_BLOCKS)
+    dkdv, dq = (tuple(int(x) for x in part.split(",")) for part in env.split(";"))
+    return {"dkdv": dkdv, "dq": dq}
+
+
 def use_dense_bias() -> bool:
     """Whether the kernels read a dense (H, W, W) bias matrix built once per step (BIAS 2) instead
     of gathering from the small table per score (``SUPERGREP_T5_BIAS=dense|table`` overrides)."""
@@ -85,7 +100,7 @@ def _attn_fake(qkv, cu, table, max_len, dist, heads, scale):
 def _attn_bwd_impl(do, qkv, o, lse, cu, table, max_len, dist, heads, scale):
     from supergrep.backends import triton_t5_attention as k
 
-    return k.backward(do, qkv, o, lse, cu, max_len, table, dist, heads, scale, **kernel_options())
+    return k.backward(do, qkv, o, lse, cu, max_len, table, dist, heads, scale, **kernel_options(), **bwd_kernel_options())
 
 
 def _attn_bwd_fake(do, qkv, o, lse, cu, table, max_len, dist, heads, scale):

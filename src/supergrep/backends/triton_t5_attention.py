@@ -269,8 +269,10 @@ def forward(qkv, cu, max_len: int, table, dist: int, heads: int, scale: float, b
 
 
 def backward(do, qkv, o, lse, cu, max_len: int, table, dist: int, heads: int, scale: float, block_m: int = 64,
-             block_n: int = 64, num_warps: int = 4, num_stages: int = 2, bias: int | None = None):
-    """d(qkv) (N, 3 * H * D) in qkv's dtype."""
+             block_n: int = 64, num_warps: int = 4, num_stages: int = 2, bias: int | None = None,
+             dkdv: tuple | None = None, dq: tuple | None = None):
+    """d(qkv) (N, 3 * H * D) in qkv's dtype. ``dkdv`` / ``dq``: (block_m, block_n, num_warps,
+    num_stages) for that kernel alone, instead of the shared tiles."""
     import torch
 
     if qkv.stride(1) != 1:
@@ -285,13 +287,15 @@ def backward(do, qkv, o, lse, cu, max_len: int, table, dist: int, heads: int, sc
     # its own (contiguous) layout: qkv may be a strided view of a wider GEMM output
     dqkv = torch.empty(qkv.shape, dtype=qkv.dtype, device=qkv.device)
     n_docs = cu.shape[0] - 1
-    common = dict(HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,
-                  IEEE=qkv.dtype == torch.float32, BIAS=_bias_mode(table, bias), num_warps=num_warps,
-                  num_stages=num_stages)
     args = (qkv, do, lse, delta, dqkv, cu, table if table.numel() else cu, qkv.stride(0), do.stride(0),
             dqkv.stride(0), heads, dist, table.shape[-1], scale, n)
-    _DKDV[(triton.cdiv(max_len, block_n), n_docs * heads)](*args, **common)
-    _DQ[(triton.cdiv(max_len, block_m), n_docs * heads)](*args, **common)
+    shared = (block_m, block_n, num_warps, num_stages)
+    for kernel, tiles, along_n in ((_DKDV, dkdv or shared, True), (_DQ, dq or shared, False)):
+        bm, bn, warps, stages = tiles
+        # dK/dV programs own key blocks (BLOCK_N), dQ programs query blocks (BLOCK_M)
+        grid = (triton.cdiv(max_len, bn if along_n else bm), n_docs * heads)
+        kernel[grid](*args, HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), BLOCK_M=bm, BLOCK_N=bn,
+                     IEEE=qkv.dtype == torch.float32, BIAS=_bias_mode(table, bias), num_warps=warps, num_stages=stages)
     return dqkv
 
 
