@@ -33,9 +33,12 @@ def kernel_options() -> dict:
     return {"block_m": m, "block_n": n, "num_warps": w, "num_stages": s}
 
 
-# The backward kernels' own tiles, (block_m, block_n, num_warps, num_stages) each; None: the shared
-# _BLOCKS (benchmarks/varlen_attention.py --bwd-sweep measures them alone).
-_BWD_BLOCKS: dict[str, tuple | None] = {"dkdv": None, "dq": None}
+# The backward kernels' own tiles, (block_m, block_n, num_warps, num_stages) each (None: _BLOCKS).
+# Measured on an H200 at training's batch-192 shape (benchmarks/varlen_attention.py --bwd-sweep,
+# benchmarks/results/attn-bwd-tiles-2026-11-28/): the backward 0.717 ms a layer vs 0.781 at the
+# shared tiles (1.09x); dK/dV over 64-key blocks, both kernels with 3 pipeline stages. A GPU whose
+# shared memory they exceed gets the shared tiles (triton_t5_attention.backward).
+_BWD_BLOCKS: dict[str, tuple | None] = {"dkdv": (64, 64, 4, 3), "dq": (64, 32, 4, 3)}
 
 
 def bwd_kernel_options() -> dict:

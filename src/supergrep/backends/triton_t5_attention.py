@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.runtime.errors import OutOfResources
 
 from supergrep.backends.triton_launch import CachedKernel
 
@@ -291,12 +292,26 @@ def backward(do, qkv, o, lse, cu, max_len: int, table, dist: int, heads: int, sc
             dqkv.stride(0), heads, dist, table.shape[-1], scale, n)
     shared = (block_m, block_n, num_warps, num_stages)
     for kernel, tiles, along_n in ((_DKDV, dkdv or shared, True), (_DQ, dq or shared, False)):
-        bm, bn, warps, stages = tiles
-        # dK/dV programs own key blocks (BLOCK_N), dQ programs query blocks (BLOCK_M)
-        grid = (triton.cdiv(max_len, bn if along_n else bm), n_docs * heads)
-        kernel[grid](*args, HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), BLOCK_M=bm, BLOCK_N=bn,
-                     IEEE=qkv.dtype == torch.float32, BIAS=_bias_mode(table, bias), num_warps=warps, num_stages=stages)
+        if (id(kernel), tiles) in _TOO_BIG:
+            tiles = shared
+        while True:
+            bm, bn, warps, stages = tiles
+            # dK/dV programs own key blocks (BLOCK_N), dQ programs query blocks (BLOCK_M)
+            grid = (triton.cdiv(max_len, bn if along_n else bm), n_docs * heads)
+            try:
+                kernel[grid](*args, HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), BLOCK_M=bm, BLOCK_N=bn,
+                             IEEE=qkv.dtype == torch.float32, BIAS=_bias_mode(table, bias), num_warps=warps,
+                             num_stages=stages)
+                break
+            except OutOfResources:  # tiles tuned on an H200 can exceed a smaller GPU's shared memory
+                if tiles == shared:
+                    raise
+                _TOO_BIG.add((id(kernel), tiles))
+                tiles = shared
     return dqkv
+
+
+_TOO_BIG: set = set()  # (kernel, tiles) that did not fit this GPU: the shared tiles instead
 
 
 def dense_bias(table, dist: int, width: int):
