@@ -22,7 +22,8 @@ between the Triton kernel and Inductor's fused form (train config ``fp8_quantize
 fp8_gated`` the gated GELU backward between its one-kernel form and Inductor's, ``--ab
 cpp_wrapper`` the compiled step functions between Inductor's C++ wrapper and its Python one
 (``compile_mode: cpp-wrapper``; both compiled forms stay cached, one per backend), ``--ab
-fast_launch`` our Triton kernels' cached launches against Triton's JIT dispatch. Example (a boolean attribute of the trainer; ``stage_copies`` was one, measured and removed):
+fast_launch`` our Triton kernels' cached launches against Triton's JIT dispatch, ``--ab bwd_tiles``
+the attention backward kernels' own tiles against the forward's shared ones. Example (a boolean attribute of the trainer; ``stage_copies`` was one, measured and removed):
 
     python benchmarks/step_trace.py --model-path .gpu/minilm-fp16 \
         --variants bs=192+bf16+compile+varlen+packing --warmup 60 --steps 20 --ab stage_copies --out $OUT/ab
@@ -256,6 +257,12 @@ def set_state(tr, attr: str, state: bool) -> None:
                                        for n in names}}
         for n, fn in tr._ab_impls[state].items():
             setattr(tr, n + "_impl", fn)
+    elif attr == "bwd_tiles":  # the attention backward kernels' own tiles (t5_attention._BWD_BLOCKS) or the shared ones
+        from supergrep.backends import t5_attention
+
+        if not hasattr(tr, "_ab_bwd_tiles"):
+            tr._ab_bwd_tiles = dict(t5_attention._BWD_BLOCKS)
+        t5_attention._BWD_BLOCKS.update(tr._ab_bwd_tiles if state else {"dkdv": None, "dq": None})
     elif attr == "fast_launch":  # our Triton kernels' cached launches (backends/triton_launch.py) or Triton's JIT
         from supergrep.backends import triton_launch
 
