@@ -34,11 +34,12 @@ def kernel_options() -> dict:
 
 
 # The backward kernels' own tiles, (block_m, block_n, num_warps, num_stages) each (None: _BLOCKS).
-# Measured on an H200 at training's batch-192 shape (benchmarks/varlen_attention.py --bwd-sweep,
-# benchmarks/results/attn-bwd-tiles-2026-11-28/): the backward 0.717 ms a layer vs 0.781 at the
-# shared tiles (1.09x); dK/dV over 64-key blocks, both kernels with 3 pipeline stages. A GPU whose
-# shared memory they exceed gets the shared tiles (triton_t5_attention.backward).
-_BWD_BLOCKS: dict[str, tuple | None] = {"dkdv": (64, 64, 4, 3), "dq": (64, 32, 4, 3)}
+# An H200 sweep at one mixed-length batch-192 draw (benchmarks/varlen_attention.py --bwd-sweep,
+# benchmarks/results/attn-bwd-tiles-2026-11-28/) found dK/dV (64, 64, 4, 3) + dQ (64, 32, 4, 3)
+# 1.09x on the backward alone, but in the step, on the trainer's length-bucketed batches, dK/dV
+# took 2.84 vs 2.59 ms a step (64-key blocks waste more of short documents' last block): the
+# shared tiles stay. A GPU whose shared memory a setting here exceeds gets the shared tiles.
+_BWD_BLOCKS: dict[str, tuple | None] = {"dkdv": None, "dq": None}
 
 
 def bwd_kernel_options() -> dict:
