@@ -256,8 +256,9 @@ def variant_name(v: Variant) -> str:
 
 
 DEFAULT_CPU = ["naive", "fp32+random", "fp32", "fp32+packing", "fp32+ckpt"]
+# the last of ours is train's fastest path with its default compile mode on CUDA (the C++ wrapper)
 DEFAULT_GPU = ["naive", "fp32", "bf16+random", "bf16", "bf16+packing", "bf16+compile", "bf16+compile+packing",
-               "bf16+ckpt", "peer+bf16", "peer+bf16+random"]
+               "bf16+ckpt", "bf16+cppwrap+varlen+packing", "peer+bf16", "peer+bf16+random"]
 
 
 def _device(name: str, backend: str = "torch") -> str:
