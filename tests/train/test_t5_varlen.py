@@ -522,3 +522,41 @@ def test_cpp_wrapper_falls_back_to_the_python_wrapper_when_it_does_not_build(mon
     assert modes == [True, False] and fn.fallen_back
     assert sum("C++ wrapper did not build" in r.message for r in caplog.records) == 1
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("model_fixture", ["tiny_t5", "tiny_model"])
+def test_residual_dtype_compute_keeps_the_stream_in_bf16_with_the_same_loss(model_fixture, request, pairs_file,
+                                                                         tmp_path):
+    """train config residual_dtype compute (varlen, bf16 autocast): the hidden states between layers
+    are bf16 instead of float32 (half the bytes of every residual add and norm pass), the loss
+    stays within bf16 rounding of the float32 stream's, every LoRA weight still learns; under
+    float32 precision it is a no-op."""
+    from test_trainer import cfg_for, trainer_and_batch
+
+    from supergrep.train.data import pack_documents
+
+    model = request.getfixturevalue(model_fixture)
+    results = {}
+    for res in ("float32", "compute"):
+        torch.manual_seed(0)
+        trainer, batch = trainer_and_batch(cfg_for(model, pairs_file, tmp_path / res, packing=True, attn_implementation="varlen",
+                                                   document_max_tokens=200, precision="bf16", residual_dtype=res))
+        assert trainer.residual_compute == (res == "compute")
+        trainer.model.eval()
+        batch.packed = pack_documents(batch.d_ids, batch.d_mask, 200, 0)
+        if model_fixture == "tiny_t5":
+            norm = trainer.model.encoder.block[-1].layer[0].layer_norm
+        else:
+            norm = trainer.model.encoder.layer[-1].attention.output.LayerNorm
+        seen = []
+        handle = norm.register_forward_pre_hook(lambda m, args, seen=seen: seen.append(args[0].dtype))
+        before = {n: p.detach().clone() for n, p in trainer.params.items()}
+        losses = [float(trainer.train_step(batch, 5e-3)[0]) for _ in range(2)]
+        handle.remove()
+        assert set(seen) == {torch.bfloat16 if res == "compute" else torch.float32}
+        assert [n for n, p in trainer.params.items() if torch.equal(p.detach(), before[n])] == []
+        results[res] = losses
+    assert results["compute"][0] == pytest.approx(results["float32"][0], rel=2e-2)
+    fp32, _ = trainer_and_batch(cfg_for(model, pairs_file, tmp_path / "fp32", packing=True, attn_implementation="varlen",
+                                        precision="fp32", residual_dtype="compute"))
+    assert not fp32.residual_compute

@@ -43,9 +43,12 @@ def project(x: torch.Tensor, mods: list[nn.Module], fuse: bool = True, opaque_gr
 
 
 def varlen_forward(encoder: nn.Module, ids: torch.Tensor, cu: torch.Tensor, max_len: int,
-                   fuse: bool = True) -> torch.Tensor:
+                   fuse: bool = True, residual_dtype: torch.dtype | None = None) -> torch.Tensor:
     """Last hidden states (N, d_model) of HF T5EncoderModel ``encoder`` over the flat tokens
-    ``ids`` (N,), sequences starting at ``cu`` (n + 1,) int32, none longer than ``max_len``."""
+    ``ids`` (N,), sequences starting at ``cu`` (n + 1,) int32, none longer than ``max_len``.
+    ``residual_dtype``: the residual stream's dtype (e.g. bf16 under bf16 autocast; None keeps
+    the embedding's, float32 for float32 master weights): half the bytes of every residual add
+    and layer norm pass, at the residual's rounding (train config ``residual_dtype``)."""
     stack = encoder.encoder
     table, dist = bias_table(encoder)
     if ids.is_cuda and use_dense_bias():  # once per step, shared by the 12 layers
@@ -57,6 +60,8 @@ def varlen_forward(encoder: nn.Module, ids: torch.Tensor, cu: torch.Tensor, max_
         if not torch.is_grad_enabled():
             table = table.half()
     h = stack.dropout(stack.embed_tokens(ids))  # (N, d_model)
+    if residual_dtype is not None:
+        h = h.to(residual_dtype)
     for block in stack.block:
         sa_layer, ff_layer = block.layer[0], block.layer[-1]
         sa = sa_layer.SelfAttention
@@ -79,16 +84,20 @@ def varlen_forward(encoder: nn.Module, ids: torch.Tensor, cu: torch.Tensor, max_
 
 
 def bert_varlen_forward(model: nn.Module, ids: torch.Tensor, pos: torch.Tensor, cu: torch.Tensor, max_len: int,
-                        position_offset: int = 0, fuse: bool = True) -> torch.Tensor:
+                        position_offset: int = 0, fuse: bool = True,
+                        residual_dtype: torch.dtype | None = None) -> torch.Tensor:
     """Last hidden states (N, hidden) of an HF BERT / RoBERTa model over the flat tokens ``ids``
     (N,), ``pos`` each token's position in its own sequence (RoBERTa counts from
     ``position_offset`` = padding_idx + 1), sequences starting at ``cu``. Post-LN layers as HF's;
-    no dropout on attention probabilities (the kernel has none), the hidden-state dropouts stay."""
+    no dropout on attention probabilities (the kernel has none), the hidden-state dropouts stay.
+    ``residual_dtype``: each LayerNorm's output (the residual stream) cast to it (autocast runs
+    LayerNorm in float32); None keeps float32."""
+    cast = (lambda t: t.to(residual_dtype)) if residual_dtype is not None else (lambda t: t)  # noqa: E731
     emb = model.embeddings
     h = emb.word_embeddings(ids) + emb.position_embeddings(pos + position_offset)
     if getattr(emb, "token_type_embeddings", None) is not None:
         h = h + emb.token_type_embeddings.weight[0]  # every token is of type 0
-    h = emb.dropout(emb.LayerNorm(h))
+    h = cast(emb.dropout(emb.LayerNorm(h)))
     for layer in model.encoder.layer:
         att = layer.attention
         sa = att.self
@@ -96,8 +105,8 @@ def bert_varlen_forward(model: nn.Module, ids: torch.Tensor, pos: torch.Tensor, 
         qkv = project(h, [sa.query, sa.key, sa.value], fuse, opaque_grad=True)  # (N, 3 * hidden)
         o = t5_varlen_attention(qkv, cu, max_len, None, 0, heads, sa.attention_head_size ** -0.5)
         out = att.output
-        h = out.LayerNorm(out.dropout(project(o, [out.dense], fuse)) + h)
+        h = cast(out.LayerNorm(out.dropout(project(o, [out.dense], fuse)) + h))
         a = layer.intermediate.intermediate_act_fn(project(h, [layer.intermediate.dense], fuse))
         ffo = layer.output
-        h = ffo.LayerNorm(ffo.dropout(project(a, [ffo.dense], fuse)) + h)
+        h = cast(ffo.LayerNorm(ffo.dropout(project(a, [ffo.dense], fuse)) + h))
     return h

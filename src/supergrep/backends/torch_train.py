@@ -210,6 +210,8 @@ class TorchTrainer:
                                     else self._encode_packed_eager)
         self._flex = cfg.attn_implementation == "flex"
         self._varlen = cfg.attn_implementation == "varlen"
+        # varlen: the residual stream in the autocast dtype (train config residual_dtype: compute)
+        self.residual_compute = cfg.residual_dtype == "compute" and self.amp_dtype is not None
         from supergrep.backends.torch_backend import T5_TYPES
 
         self._t5 = spec.model_type in T5_TYPES
@@ -340,10 +342,11 @@ class TorchTrainer:
 
         with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
                             enabled=self.amp_dtype is not None):
+            res = self.amp_dtype if self.residual_compute else None
             if self._t5:
-                hidden = varlen_forward(self.model, ids, cu, max_len)
+                hidden = varlen_forward(self.model, ids, cu, max_len, residual_dtype=res)
             else:
-                hidden = bert_varlen_forward(self.model, ids, pos, cu, max_len, self._pack_offset)
+                hidden = bert_varlen_forward(self.model, ids, pos, cu, max_len, self._pack_offset, residual_dtype=res)
             vecs = self.proj(hidden)  # (N, dim)
         flat = vecs.float()
         flat = torch.cat([flat, flat.new_zeros(1, flat.shape[-1])])  # the padding slot

@@ -19,6 +19,7 @@ A variant is written as ``+``-joined tokens (``bf16+compile+packing``):
                               templates where they win, with the pointwise ops fused into them
     pad=N                     round document widths (and packed rows) up to a multiple of N (default 8):
                               fewer distinct shapes for CUDA graphs and first-call costs
+    res16                     varlen: the residual stream in the autocast dtype (train config residual_dtype: compute)
     static                    varlen: static_shapes (one shape per token-count bucket of pad=N, N a multiple
                               of 64: caps-wide batches, a fixed filler count), for cudagraphs
     ckpt                      gradient checkpointing
@@ -90,6 +91,7 @@ class Variant:
     fp8_quantize: str = "compiled"  # token `fp8k`: "kernel", `fp8g`: "gated"
     pad_multiple: int = 8  # document and packed-row widths round up to this (token `pad=N`)
     static: bool = False  # token `static`: train config static_shapes
+    res16: bool = False  # token `res16`: train config residual_dtype compute (varlen)
     ckpt: bool = False
     attn: str = "sdpa"
     batching: str = "bucketed"
@@ -149,7 +151,7 @@ def parse_variant(text: str) -> Variant:
             kw.update(precision="fp32", attn="eager", batching="padmax", sync=True)
         elif tok in ("fp32", "bf16", "fp16", "auto"):
             kw["precision"] = tok
-        elif tok in ("compile", "ckpt", "packing", "sync", "peer", "static"):
+        elif tok in ("compile", "ckpt", "packing", "sync", "peer", "static", "res16"):
             kw[tok] = True
         elif tok == "cudagraphs":
             kw.update(compile=True, compile_mode="reduce-overhead")
@@ -241,7 +243,7 @@ def variant_name(v: Variant) -> str:
     parts += [t for t, on in (("compile", v.compile), ("cudagraphs", v.compile_mode == "reduce-overhead"), ("cppwrap", v.compile_mode == "cpp-wrapper"),
                               ("autotune", v.compile_mode == "max-autotune-no-cudagraphs"), ("notf32", not v.tf32), ("nodropout", not v.dropout),
                               ("fp8", v.fp8 and v.fp8_scaling == "row" and v.fp8_quantize == "compiled"),
-                              ("fp8d", v.fp8 and v.fp8_scaling == "delayed"), ("fp8k", v.fp8 and v.fp8_quantize == "kernel"), ("fp8g", v.fp8 and v.fp8_quantize == "gated"), ("static", v.static), ("ckpt", v.ckpt), ("packing", v.packing), ("sync", v.sync), ("peer", v.peer)) if on]
+                              ("fp8d", v.fp8 and v.fp8_scaling == "delayed"), ("fp8k", v.fp8 and v.fp8_quantize == "kernel"), ("fp8g", v.fp8 and v.fp8_quantize == "gated"), ("static", v.static), ("res16", v.res16), ("ckpt", v.ckpt), ("packing", v.packing), ("sync", v.sync), ("peer", v.peer)) if on]
     if v.pad_multiple != 8:
         parts.append(f"pad={v.pad_multiple}")
     if v.attn != "sdpa":
@@ -324,7 +326,7 @@ def train_config(wl: Workload, v: Variant, device: str, batch_size: int):
         batch_size=batch_size, lr=LR, temperature=TEMPERATURE, margin_weight=0.0, precision=precision,
         attn_implementation=v.attn, compile=v.compile, compile_mode=v.compile_mode, pad_multiple=v.pad_multiple,
         gradient_checkpointing=v.ckpt, packing=v.packing, tf32=v.tf32, model_dropout=-1.0 if v.dropout else 0.0,
-        fp8_products=v.fp8, fp8_scaling=v.fp8_scaling, fp8_quantize=v.fp8_quantize, static_shapes=v.static, dynamic_batch=False, device=device, seed=SEED,
+        fp8_products=v.fp8, fp8_scaling=v.fp8_scaling, fp8_quantize=v.fp8_quantize, static_shapes=v.static, residual_dtype="compute" if v.res16 else "float32", dynamic_batch=False, device=device, seed=SEED,
     ).validate()
 
 
