@@ -4,6 +4,7 @@
 # varlen path in the same process, then (optional) a kernel trace of the varlen step.
 #
 #   carry [".gpu/minilm-fp16"];  bash benchmarks/gpu_varlen.sh [attn] [bench] [trace] [encode] [minilm]
+#   (.gpu/minilm-fp16: `.venv/bin/python benchmarks/make_minilm_fp16.py .gpu/minilm-fp16`, 44 MiB)
 #
 # encode: `bench encode` of xtr-base and MiniLM, padded vs varlen vs varlen+compile (index-time
 # encoding); minilm: `bench train -w minilm`, joint packing vs varlen (BERT), batch 48 and 192.
