@@ -119,6 +119,25 @@ def main() -> None:
             sweep[f"{bm}x{warps}"] = repr(e)[:200]
     report["gated_backward"]["ms_gated_op_by_block_m_x_warps"] = sweep
     print("gated backward", json.dumps(report["gated_backward"]), flush=True)
+    # the forward: the activation and its float8 rows (wo's input), compiled vs the one-kernel op
+    from supergrep.backends.torch_fp8 import gated_gelu, gated_gelu_forward_fp8
+
+    def fwd_compiled(h):
+        a = gated_gelu(h, ff)
+        return a, *quantize_rows(a)
+
+    ffc = torch.compile(fwd_compiled, dynamic=True)
+    ac, aqc, asc = ffc(h)
+    ag, aqg, asg = gated_gelu_forward_fp8(h, ff)
+    report["gated_forward"] = {
+        "a_max_rel_diff": float((ag.float() - ac.float()).abs().max() / ac.float().abs().max()),
+        "a_equal_share": (ag == ac).float().mean().item(),
+        "fp8_bytes_equal": (aqg.view(torch.uint8) == aqc.view(torch.uint8)).float().mean().item(),
+        "scales_equal": (asg == asc).float().mean().item(),
+        "ms_op": timed(gated_gelu_forward_fp8, h, ff), "ms_compiled": timed(ffc, h),
+        # read h0, h1 (bf16), write a (bf16), its float8 form, the scales: at the H200's 4.8 TB/s
+        "bytes_bound_ms_h200": h.shape[0] * (2 * ff * 2 + ff * 2 + ff + 4) / 4.8e9}
+    print("gated forward", json.dumps(report["gated_forward"]), flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(report, f, indent=1)

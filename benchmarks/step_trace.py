@@ -24,7 +24,9 @@ cpp_wrapper`` the compiled step functions between Inductor's C++ wrapper and its
 (``compile_mode: cpp-wrapper``; both compiled forms stay cached, one per backend), ``--ab
 fast_launch`` our Triton kernels' cached launches against Triton's JIT dispatch, ``--ab bwd_tiles``
 the attention backward kernels' own tiles against the forward's shared ones, ``--ab
-residual_compute`` the residual stream in bf16 against float32 (train config ``residual_dtype``). Example (a boolean attribute of the trainer; ``stage_copies`` was one, measured and removed):
+residual_compute`` the residual stream in bf16 against float32 (train config ``residual_dtype``),
+``--ab gated_fwd`` the gated activation with wo's float8 input as one Triton op against Inductor's
+fused form (``torch_t5_varlen.GATED_FORWARD_KERNEL``). Example (a boolean attribute of the trainer; ``stage_copies`` was one, measured and removed):
 
     python benchmarks/step_trace.py --model-path .gpu/minilm-fp16 \
         --variants bs=192+bf16+compile+varlen+packing --warmup 60 --steps 20 --ab stage_copies --out $OUT/ab
@@ -258,6 +260,10 @@ def set_state(tr, attr: str, state: bool) -> None:
                                        for n in names}}
         for n, fn in tr._ab_impls[state].items():
             setattr(tr, n + "_impl", fn)
+    elif attr == "gated_fwd":  # T5's gated activation + wo's float8 input as one op (recompiles once per state)
+        from supergrep.backends import torch_t5_varlen
+
+        torch_t5_varlen.GATED_FORWARD_KERNEL = state
     elif attr == "residual_compute":  # varlen: the residual stream in the autocast dtype (recompiles once per state)
         tr.residual_compute = state and tr.amp_dtype is not None
     elif attr == "bwd_tiles":  # the attention backward kernels' own tiles (t5_attention._BWD_BLOCKS) or the shared ones

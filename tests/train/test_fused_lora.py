@@ -408,6 +408,84 @@ def test_the_gated_gelu_backward_kernel_matches_torch_in_the_interpreter():
     _all_checks_pass_in_the_interpreter(GATED_CHECK, 3)
 
 
+GATED_FWD_CHECK = r"""
+import json, torch
+from supergrep.backends import triton_gated_gelu as k
+from supergrep.backends.torch_fp8 import gated_gelu, gated_gelu_forward_fp8, quantize_rows
+out = {}
+for width in (24, 64, 2048):
+    gen = torch.Generator().manual_seed(width)
+    h = (torch.randn(7, 2 * width + 16, generator=gen) * 3).to(torch.bfloat16)  # + LoRA's u columns
+    h[1, width:] = 0  # a row whose activation is all zeros: scale 1
+    h[2, 3] = 40.0  # tanh saturates
+    h[3, 4] = -40.0
+    ref = gated_gelu(h, width)
+    a, q32, s = k.gated_gelu_forward_fp8(h, width, out_fp32=True)
+    a8, q8, s8 = gated_gelu_forward_fp8(h, width)
+    rs = quantize_rows(a)[1]
+    out[str(width)] = [
+        float((a.float() - ref.float()).abs().max() / ref.float().abs().max()) < 1e-2,  # bf16 rounding at most
+        torch.equal(s, rs), torch.equal(q32, (a.float() / rs).clamp(-448, 448)),
+        torch.equal(a8, a), torch.equal(s8, s), q8.dtype == torch.float8_e4m3fn and q8.is_contiguous(),
+        list(a.shape) == [7, width] and a.dtype == torch.bfloat16, bool(torch.all(a[1] == 0)),
+        bool(torch.isfinite(a).all())]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton (its CPU interpreter runs the kernel)")
+def test_the_gated_gelu_forward_kernel_matches_torch_in_the_interpreter():
+    """The Triton gated-GELU forward with the activation's float8 rows (GATED_FORWARD_KERNEL) gives
+    torch's activation (to bf16 rounding), and its scales and scaled values are exactly
+    quantize_rows of the activation it wrote; a strided input, a zero row and saturated tanh."""
+    _all_checks_pass_in_the_interpreter(GATED_FWD_CHECK, 3)
+
+
+def test_gated_quant_out_gives_the_activation_its_float8_rows_and_the_same_gradients():
+    """fused_lora_linear(gated=True, quant_out=True): the activation as without it, its float8 rows
+    exactly quantize_rows of it, from one op; the next projection fed those rows (x_quant) gives
+    the output and gradients of the path that quantises the activation itself."""
+    from supergrep.backends.torch_fp8 import quantize_rows
+
+    x = _x("btd", 32, 112)
+    g = torch.randn(2, 7, 32, generator=torch.Generator().manual_seed(113))
+    mods = _gated_fp8(121, "gated")
+    from supergrep.backends.torch_train import set_fp8_products
+
+    (wo,) = _mods((32,), 48, seed=122)  # the activation (48 wide) -> 32
+    set_fp8_products(nn.Sequential(wo), True, "row", "gated")
+    plain = _run(lambda x, ms: fused_lora_linear(fused_lora_linear(x, ms, gated=True), [wo]), x, mods, g)
+
+    def with_quant(x, ms):
+        a, aq, a_scale = fused_lora_linear(x, ms, gated=True, quant_out=True)
+        q, s = quantize_rows(a.reshape(-1, a.shape[-1]).detach())
+        assert torch.equal(aq.float(), q.float()) and torch.equal(a_scale, s) and not aq.requires_grad
+        return fused_lora_linear(a, [wo], x_quant=(aq, a_scale))
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        got = _run(with_quant, x, mods, g)
+    assert sum(e.name == "supergrep::gated_gelu_fwd_fp8" for e in prof.events()) == 1
+    assert _rel(got[0], plain[0]) < 1e-6 and _rel(got[1], plain[1]) < 1e-6
+    for j in (2, 3):
+        for i in range(2):
+            assert got[j][i].abs().max() > 0 and _rel(got[j][i], plain[j][i]) < 1e-6
+    # compiled with dynamic token counts: the op stays one opaque call, the results the eager ones
+    torch._dynamo.reset()
+
+    def chained(x, ms):
+        a, aq, a_scale = fused_lora_linear(x, ms, gated=True, quant_out=True)
+        return fused_lora_linear(a, [wo], x_quant=(aq, a_scale))
+
+    compiled = torch.compile(chained, dynamic=True)
+    for n, seed in ((40, 114), (24, 115)):
+        xn = torch.randn(n, 32, generator=torch.Generator().manual_seed(seed))
+        gn = torch.randn(n, 32, generator=torch.Generator().manual_seed(seed + 10))
+        eager = _run(chained, xn, mods, gn)
+        comp, calls = _warm_run_counting(compiled, xn, mods, gn, "supergrep::gated_gelu_fwd_fp8")
+        assert calls == 1
+        assert _rel(comp[0], eager[0]) < 1e-2 and _rel(comp[1], eager[1]) < 1e-2
+
+
 def _gated_reference(x, mods):
     from supergrep.backends.torch_fp8 import gated_gelu
 

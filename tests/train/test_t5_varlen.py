@@ -560,3 +560,31 @@ def test_residual_dtype_compute_keeps_the_stream_in_bf16_with_the_same_loss(mode
     fp32, _ = trainer_and_batch(cfg_for(model, pairs_file, tmp_path / "fp32", packing=True, attn_implementation="varlen",
                                         precision="fp32", residual_dtype="compute"))
     assert not fp32.residual_compute
+
+
+def test_gated_forward_kernel_feeds_wo_the_activations_float8_rows_with_the_same_step(tiny_t5, pairs_file, tmp_path,
+                                                                                    monkeypatch):
+    """GATED_FORWARD_KERNEL (fp8 gated, no dropout): every layer's activation and wo's float8 input
+    come from the one forward op, and the step's loss and gradients are the compiled
+    quantisation's, to rounding."""
+    from test_trainer import cfg_for
+
+    from supergrep.backends import torch_t5_varlen
+    from supergrep.backends.torch_train import set_fp8_products
+
+    trainer, batch = _gradient_case(cfg_for(tiny_t5, pairs_file, tmp_path, packing=True, attn_implementation="varlen"))
+    set_fp8_products(trainer.model, True, "row", "gated")
+    results = []
+    for on in (False, True):
+        monkeypatch.setattr(torch_t5_varlen, "GATED_FORWARD_KERNEL", on)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            loss, _ = trainer._step_plain(*trainer._to_device(batch), joint=trainer.joint_packed_to_device(batch))
+        ops = sum(e.name == "supergrep::gated_gelu_fwd_fp8" for e in prof.events())
+        results.append((float(loss), {n: p.grad.clone() for n, p in trainer.params.items()}, ops))
+        trainer.optimizer.zero_grad(set_to_none=True)
+    set_fp8_products(trainer.model, False)
+    assert results[0][2] == 0 and results[1][2] == len(trainer.model.encoder.block)
+    assert results[1][0] == pytest.approx(results[0][0], rel=1e-5)
+    for n, g in results[0][1].items():
+        assert g.abs().max() > 0, n
+        torch.testing.assert_close(results[1][1][n], g, atol=1e-6, rtol=1e-3, msg=n)

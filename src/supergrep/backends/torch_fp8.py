@@ -157,6 +157,32 @@ def gated_gelu_backward_fp8(h: torch.Tensor, d: torch.Tensor, width: int) -> tup
     return _gated_gelu_bwd_op(h, d, width)
 
 
+def _gated_gelu_fwd_impl(h, width):
+    if (h.is_cuda or os.environ.get("TRITON_INTERPRET") == "1") and _triton_quant():
+        from supergrep.backends import triton_gated_gelu
+
+        return triton_gated_gelu.gated_gelu_forward_fp8(h, width)
+    a = gated_gelu(h, width)
+    q, s = quantize_rows(a)
+    return a, q.contiguous(), s
+
+
+def _gated_gelu_fwd_fake(h, width):
+    n = h.shape[0]
+    return (h.new_empty((n, width)), h.new_empty((n, width), dtype=FP8), h.new_empty((n, 1), dtype=torch.float32))
+
+
+_gated_gelu_fwd_op = define_op("supergrep::gated_gelu_fwd_fp8", "(Tensor h, SymInt width) -> (Tensor, Tensor, Tensor)",
+                               _gated_gelu_fwd_impl, _gated_gelu_fwd_fake)
+
+
+def gated_gelu_forward_fp8(h: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(a, *quantize_rows(a)) with a = ``gated_gelu(h, width)``, as one opaque op: on CUDA one Triton
+    kernel that reads each row once (``triton_gated_gelu.py``), elsewhere the torch form. No
+    autograd: the caller's autograd function owns the backward."""
+    return _gated_gelu_fwd_op(h, width)
+
+
 def quantize_tensor(x: torch.Tensor, amax: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(x / s) in float8 and one float32 scale s = amax / 448 (0-d) for the whole tensor (or for
     the given ``amax``, e.g. a weight group's)."""

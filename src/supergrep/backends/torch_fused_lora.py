@@ -42,6 +42,7 @@ from supergrep.backends.torch_fp8 import (
     _mm,
     gated_gelu,
     gated_gelu_backward_fp8,
+    gated_gelu_forward_fp8,
     quantize_rows,
     quantize_rows_op,
 )
@@ -242,21 +243,25 @@ class _FusedLoRAFp8Gated(torch.autograd.Function):
     gradients as ``_FusedLoRAFp8`` (train config ``fp8_quantize: gated``)."""
 
     @staticmethod
-    def forward(ctx, x, a, b, xq, xs, fq, fs, gq, gs, bd, bias, n_out, outs, scale):
+    def forward(ctx, x, a, b, xq, xs, fq, fs, gq, gs, bd, bias, n_out, outs, scale, quant_out):
         h = _fp8_mm(xq, xs, fq, fs, x.dtype, n_out + a.shape[0], bias)
         y = h[:, :n_out]
         u = h[:, n_out:].contiguous()
         ctx.save_for_backward(x, u, gq, gs, bd, y)
         ctx.outs, ctx.scale, ctx.device_type = outs, scale, x.device.type
+        if quant_out:  # the activation with its float8 rows, one op (the next projection's input)
+            act, aq, as_ = gated_gelu_forward_fp8(y, n_out // 2)
+            ctx.mark_non_differentiable(aq, as_)
+            return act, aq, as_
         return gated_gelu(y, n_out // 2)
 
     @staticmethod
-    def backward(ctx, da):
+    def backward(ctx, da, *_):
         x, u, gq, gs, bd, y = ctx.saved_tensors
         with torch.autocast(ctx.device_type, enabled=False):
             g, g8, g8s = gated_gelu_backward_fp8(y, da.to(x.dtype), y.shape[1] // 2)
             grads = _fp8_backward(g, lambda: (g8, g8s), x, u, gq, gs, bd, ctx)
-        return grads + (None,) * 11
+        return grads + (None,) * 12
 
 
 def gated_fusable(mods: Sequence[nn.Module], act: nn.Module) -> bool:
@@ -273,7 +278,8 @@ def gated_fusable(mods: Sequence[nn.Module], act: nn.Module) -> bool:
 
 
 def fused_lora_linear(x: torch.Tensor, mods: Sequence[LoRALinear], gated: bool = False,
-                      opaque_grad: bool = False) -> torch.Tensor:
+                      opaque_grad: bool = False, quant_out: bool = False,
+                      x_quant: tuple[torch.Tensor, torch.Tensor] | None = None):
     """``torch.cat([m(x) for m in mods], dim=-1)`` with no extra pass over the activations in
     forward and two in backward (module docstring).
 
@@ -288,6 +294,9 @@ def fused_lora_linear(x: torch.Tensor, mods: Sequence[LoRALinear], gated: bool =
     producer for Inductor to fuse its row quantisation into; with ``fp8_quantize: gated`` it runs
     as the Triton row kernel (0.113 vs Inductor's standalone 0.226 ms at 36,864 x 2,304 on an
     H100, same bytes: ``benchmarks/results/fp8-quant-h100-2026-11-28/``).
+    ``quant_out`` (with ``gated``): returns (a, *quantize_rows(a)), the activation and its float8
+    rows from one op (``torch_fp8.gated_gelu_forward_fp8``); ``x_quant``: x's float8 rows and
+    scales, computed by the caller that way (row scaling only; ignored on other paths).
     """
     dev = x.device.type
     dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
@@ -309,10 +318,15 @@ def fused_lora_linear(x: torch.Tensor, mods: Sequence[LoRALinear], gated: bool =
                 kernel = mode == "kernel"
                 if amax is not None:
                     xq, xs = quantize_delayed(x2.detach(), amax)
+                elif x_quant is not None:
+                    xq, xs = x_quant
                 else:
                     xq, xs = (quantize_rows_op if kernel else quantize_rows)(x2.detach())
             if grad and gated:  # the activation inside, its backward one op with the quantisation
-                y = _FusedLoRAFp8Gated.apply(x2, a, b, xq, xs, *ops, w.shape[0], outs, m0.scale)
+                y = _FusedLoRAFp8Gated.apply(x2, a, b, xq, xs, *ops, w.shape[0], outs, m0.scale, quant_out)
+                if quant_out:
+                    act, aq, as_ = y
+                    return act.reshape(*x.shape[:-1], act.shape[-1]), aq, as_
                 return y.reshape(*x.shape[:-1], y.shape[-1])
             if grad:
                 grad_kernel = kernel or (opaque_grad and mode == "gated")
@@ -325,4 +339,6 @@ def fused_lora_linear(x: torch.Tensor, mods: Sequence[LoRALinear], gated: bool =
             y = _forward(x2, w, a, b, bias, outs, m0.scale, dtype)[0]
         if gated:
             y = gated_gelu(y, y.shape[1] // 2)
+            if quant_out:  # not the float8 path: the same triple, in torch
+                return (y.reshape(*x.shape[:-1], y.shape[-1]), *(t.contiguous() for t in quantize_rows(y.detach())))
     return y.reshape(*x.shape[:-1], y.shape[-1])

@@ -17,13 +17,35 @@ dropout on the attention probabilities. The hidden-state dropouts stay.
 
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import nn
 
 from supergrep.backends.t5_attention import t5_varlen_attention, use_dense_bias
 from supergrep.backends.torch_fp8 import fp8_linear, is_fp8
-from supergrep.backends.torch_fused_lora import fusable, fused_lora_linear, gated_fusable
+from supergrep.backends.torch_fused_lora import (
+    fp8_shapes_ok,
+    fusable,
+    fused_lora_linear,
+    gated_fusable,
+)
 from supergrep.backends.torch_t5_flex import bias_table
+
+# The gated feed-forward's activation and its float8 quantisation for wo as one Triton kernel
+# (triton_gated_gelu.gated_gelu_fwd_quant_kernel) where Inductor fuses them as a looped reduction
+# computing the activation twice. Opt-in until measured in the step (docs/performance.md #44;
+# benchmarks/step_trace.py --ab gated_fwd); SUPERGREP_GATED_FWD_KERNEL=1 turns it on.
+GATED_FORWARD_KERNEL = os.environ.get("SUPERGREP_GATED_FWD_KERNEL", "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _quantised_input_ok(ff: nn.Module) -> bool:
+    """Whether wo's float8 input can come from the activation's own op: no dropout between them,
+    wo a fused float8 projection with row scaling computed on the fly."""
+    drop = ff.dropout
+    no_drop = isinstance(drop, nn.Identity) or (isinstance(drop, nn.Dropout) and (drop.p == 0 or not drop.training))
+    return (no_drop and fusable([ff.wo]) and getattr(ff.wo, "fp8", False)
+            and getattr(ff.wo, "fp8_amax", None) is None and fp8_shapes_ok(ff.wo.in_features, (ff.wo.out_features,)))
 
 
 def project(x: torch.Tensor, mods: list[nn.Module], fuse: bool = True, opaque_grad: bool = False) -> torch.Tensor:
@@ -71,7 +93,13 @@ def varlen_forward(encoder: nn.Module, ids: torch.Tensor, cu: torch.Tensor, max_
         h = h + sa_layer.dropout(project(o, [sa.o], fuse))
         ff = ff_layer.DenseReluDense
         x = ff_layer.layer_norm(h)
-        if hasattr(ff, "wi_0") and fuse and torch.is_grad_enabled() and gated_fusable([ff.wi_0, ff.wi_1], ff.act):
+        gated = hasattr(ff, "wi_0") and fuse and torch.is_grad_enabled() and gated_fusable([ff.wi_0, ff.wi_1], ff.act)
+        if gated and GATED_FORWARD_KERNEL and _quantised_input_ok(ff):
+            # the activation and wo's float8 input from one op (one read of the wi outputs)
+            a, aq, a_scale = fused_lora_linear(x, [ff.wi_0, ff.wi_1], gated=True, quant_out=True)
+            h = h + ff_layer.dropout(fused_lora_linear(a, [ff.wo], x_quant=(aq, a_scale)))
+            continue
+        if gated:
             a = fused_lora_linear(x, [ff.wi_0, ff.wi_1], gated=True)  # fp8_quantize: gated
         elif hasattr(ff, "wi_0"):  # gated (T5 v1.1, XTR): act(wi_0 x) * wi_1 x
             g = project(x, [ff.wi_0, ff.wi_1], fuse)
