@@ -203,6 +203,10 @@ class TorchTrainer:
         mode = self.compile_mode = resolve_compile_mode(cfg.compile_mode, self.device)
         if cfg.compile and mode == "cpp-wrapper":
             bind_autograd_thread_context(self.device)
+        if cfg.compile:  # the first steps wait for Inductor: say so, or the run looks hung
+            log.info("torch.compile (%s): the first steps compile, a few minutes (xtr-base on an H200: 86 s with "
+                     "the Python wrapper, 217 s with the C++ one); later steps reuse the compiled code",
+                     "Inductor's C++ wrapper" if mode == "cpp-wrapper" else mode or "default mode")
         self._cudagraphs = cfg.compile and self.device.type == "cuda" and cfg.compile_mode == "reduce-overhead"
         self._encode_impl = compile_dynamic(self._encode_eager, mode) if cfg.compile else self._encode_eager
         self._pack_offset = self._packing_positions(spec.model_type, model) if cfg.packing else None
