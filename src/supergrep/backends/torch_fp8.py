@@ -85,8 +85,14 @@ def _triton_quant() -> bool:
     return True
 
 
+def _use_triton(t: torch.Tensor) -> bool:
+    """Whether our ops run their Triton kernels for ``t``: on CUDA, or on a CPU under Triton's
+    interpreter (the tests); elsewhere their torch forms."""
+    return (t.is_cuda or os.environ.get("TRITON_INTERPRET") == "1") and _triton_quant()
+
+
 def _quantize_rows_impl(x):
-    if (x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1") and _triton_quant():
+    if _use_triton(x):
         from supergrep.backends import triton_fp8_quant
 
         return triton_fp8_quant.quantize_rows(x)
@@ -131,7 +137,7 @@ def gated_gelu_backward(h: torch.Tensor, d: torch.Tensor, width: int) -> torch.T
 
 
 def _gated_gelu_bwd_impl(h, d, width):
-    if (h.is_cuda or os.environ.get("TRITON_INTERPRET") == "1") and _triton_quant():
+    if _use_triton(h):
         from supergrep.backends import triton_gated_gelu
 
         return triton_gated_gelu.gated_gelu_backward_fp8(h, d, width)
@@ -158,7 +164,7 @@ def gated_gelu_backward_fp8(h: torch.Tensor, d: torch.Tensor, width: int) -> tup
 
 
 def _gated_gelu_fwd_impl(h, width):
-    if (h.is_cuda or os.environ.get("TRITON_INTERPRET") == "1") and _triton_quant():
+    if _use_triton(h):
         from supergrep.backends import triton_gated_gelu
 
         return triton_gated_gelu.gated_gelu_forward_fp8(h, width)

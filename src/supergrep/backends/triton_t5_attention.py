@@ -263,9 +263,8 @@ def forward(qkv, cu, max_len: int, table, dist: int, heads: int, scale: float, b
     mode = _bias_mode(table, bias)
     table_arg = table if table.numel() else cu  # BIAS 0 never reads it; an empty tensor has no valid pointer
     _FWD[grid](qkv, o, lse, cu, table_arg, qkv.stride(0), o.stride(0), heads, dist, table.shape[-1],
-                             scale, n, HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,
-                             IEEE=qkv.dtype == torch.float32, BIAS=mode, num_warps=num_warps,
-                             num_stages=num_stages)
+               scale, n, HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,
+               IEEE=qkv.dtype == torch.float32, BIAS=mode, num_warps=num_warps, num_stages=num_stages)
     return o, lse
 
 
