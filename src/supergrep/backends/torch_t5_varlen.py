@@ -34,9 +34,10 @@ from supergrep.backends.torch_t5_flex import bias_table
 
 # The gated feed-forward's activation and its float8 quantisation for wo as one Triton kernel
 # (triton_gated_gelu.gated_gelu_fwd_quant_kernel) where Inductor fuses them as a looped reduction
-# computing the activation twice. Opt-in until measured in the step (docs/performance.md #44;
-# benchmarks/step_trace.py --ab gated_fwd); SUPERGREP_GATED_FWD_KERNEL=1 turns it on.
-GATED_FORWARD_KERNEL = os.environ.get("SUPERGREP_GATED_FWD_KERNEL", "0").strip().lower() in ("1", "true", "yes", "on")
+# computing the activation twice: 1.010x the step on an H200, GPU time -0.5 ms (docs/performance.md
+# #44; benchmarks/step_trace.py --ab gated_fwd). On by default wherever it applies (float8 products,
+# fp8_quantize gated, no dropout); SUPERGREP_GATED_FWD_KERNEL=0 turns it off.
+GATED_FORWARD_KERNEL = os.environ.get("SUPERGREP_GATED_FWD_KERNEL", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _quantised_input_ok(ff: nn.Module) -> bool:
