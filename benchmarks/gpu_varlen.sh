@@ -20,6 +20,10 @@
 # `index` of torch/_inductor with MiniLM, stage by stage (index_stages.py), alternating the tree's
 # src with OLDSRC's (carry .gpu/site: tree_sitter + the Python grammar for py3.12, and OLDSRC).
 # PACK=1: everything under $OUT into one results.tgz at the end.
+# ICACHE=1: Inductor's and Triton's caches (compiled graphs, C++ wrappers, kernels) in one folder,
+# restored from .gpu/inductor-cache.tgz.* when carried and returned as $OUT/inductor-cache.tgz.*
+# (15 MiB parts): a fresh machine then skips most of a first compile (217 s with the C++ wrapper).
+# Next call: `mkdir -p .gpu && cp FILES_AT/inductor-cache.tgz.* .gpu/` and carry those paths.
 # inductor: `bench encode` of EW (xtr-base) in EM's modes, once per Inductor setting in IENVS
 # (space-separated; each a comma-separated list of TORCHINDUCTOR_* variables, "-" for the defaults),
 # one process each.
@@ -30,6 +34,13 @@ mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONFAULTHANDLER=1
 model=${MODEL:-.gpu/minilm-fp16}  # MODEL=.gpu/tok (tokenizer files only) for the synthetic workloads
 BS=${BS:-192}
+if [ -n "${ICACHE:-}" ]; then
+  export TORCHINDUCTOR_CACHE_DIR=/tmp/sg-inductor-cache
+  mkdir -p "$TORCHINDUCTOR_CACHE_DIR"
+  if ls .gpu/inductor-cache.tgz.* > /dev/null 2>&1; then
+    cat .gpu/inductor-cache.tgz.* | tar -xzf - -C "$TORCHINDUCTOR_CACHE_DIR" && echo "inductor cache restored: $(du -sh "$TORCHINDUCTOR_CACHE_DIR" | cut -f1)"
+  fi
+fi
 parts=${*:-attn bench}
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)"
@@ -42,7 +53,7 @@ for part in $parts; do
   bench)
     V=${V:-bs=$BS+bf16+compile+flex+packing,bs=$BS+bf16+compile+varlen+packing}
     TORCH_LOGS=${TORCH_LOGS:-recompiles} timeout "${CAP_S:-420}" python3 -m supergrep bench train -w xtr-base --model-path $model --variants "$V" \
-      --steps "${STEPS:-30}" --warmup "${WARM:-10}" --rounds "${BROUNDS:-1}" --out "$OUT/bench" > "$OUT/bench-log.txt" 2>&1
+      --steps "${STEPS:-30}" --warmup "${WARM:-10}" --rounds "${BROUNDS:-1}" --time-limit $(( ${CAP_S:-420} - 45 )) --out "$OUT/bench" > "$OUT/bench-log.txt" 2>&1
     echo "bench rc=$?"; echo "recompiles: $(grep -c Recompiling "$OUT/bench-log.txt")"
     grep -v "Warning\|warn(\|__recompiles" "$OUT/bench-log.txt" | tail -8 ;;
   encode)
@@ -110,6 +121,11 @@ for part in $parts; do
   echo "== $part: $(( $(date +%s) - s )) s"
 done
 ls -la "$OUT"
+if [ -n "${ICACHE:-}" ]; then  # parts under the 16 MiB a returned file may have; at most 4
+  tar -C "$TORCHINDUCTOR_CACHE_DIR" -czf /tmp/inductor-cache.tgz . && split -b 15M -d -a 1 /tmp/inductor-cache.tgz "$OUT/inductor-cache.tgz."
+  n=$(ls "$OUT"/inductor-cache.tgz.* | wc -l); echo "inductor cache: $(du -sh "$TORCHINDUCTOR_CACHE_DIR" | cut -f1), $n part(s) of 15 MiB"
+  if [ "$n" -gt 4 ]; then rm -f "$OUT"/inductor-cache.tgz.*; echo "inductor cache too large to return"; fi
+fi
 if [ -n "${PACK:-}" ]; then  # one archive: a call returns at most 8 files
   tar -C "$OUT" -czf /tmp/results.tgz . && find "$OUT" -mindepth 1 -delete && mv /tmp/results.tgz "$OUT/"
 fi

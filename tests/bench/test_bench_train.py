@@ -232,6 +232,46 @@ def test_rounds_record_a_failing_variant_and_time_the_rest(tiny_bert_workload, m
     assert "non-finite loss" in rows["fp32+packing"]["error"] and "samples_per_s" in rows["fp32"]
 
 
+def test_rounds_do_not_start_a_warm_up_that_would_end_past_the_time_limit(tiny_bert_workload, monkeypatch):
+    """A first compile takes minutes on a fresh GPU machine: a run whose outer timeout fell in the
+    second variant's warm-up wrote nothing. The warm-up that would end past --time-limit (the last
+    one's length as the estimate) is not started; the warm variants are timed and written."""
+    from supergrep.bench import train as bt
+
+    clock = [0.0]
+
+    def perf_counter():  # a fake clock that still moves between the timed steps' reads
+        clock[0] += 1e-3
+        return clock[0]
+
+    monkeypatch.setattr(bt.time, "perf_counter", perf_counter)
+    real_warm, real_segment = bt._Run.warm, bt._Run.segment
+
+    def warm(self):
+        clock[0] += 100.0  # each warm-up "takes" 100 s
+        return real_warm(self)
+
+    def segment(self):
+        clock[0] += 1.0
+        return real_segment(self)
+
+    monkeypatch.setattr(bt._Run, "warm", warm)
+    monkeypatch.setattr(bt._Run, "segment", segment)
+    written = []
+    variants = [parse_variant(v) for v in ("fp32", "fp32+packing", "naive")]
+    # after two warm-ups (200 s) a third would end at 300 > 250: skipped, the two warm ones timed
+    res = run_train_bench(tiny_bert_workload, variants, steps=1, warmup=0, peak=PEAK, rounds=2,
+                          time_limit=250, on_row=written.append)
+    rows = {r["variant"]: r for r in res["rows"]}
+    assert "not warmed" in rows["naive"]["skipped"]
+    assert len(rows["fp32"]["segments_samples_per_s"]) == 2 and len(rows["fp32+packing"]["segments_samples_per_s"]) == 2
+    assert written and written[-1]["rows"] == res["rows"]
+    # with room for all three, all three are warmed and timed
+    clock[0] = 0.0
+    res = run_train_bench(tiny_bert_workload, variants, steps=1, warmup=0, peak=PEAK, rounds=2, time_limit=400)
+    assert all("segments_samples_per_s" in r for r in res["rows"])
+
+
 def test_the_peer_runs_on_the_same_batches_or_is_skipped_cleanly(tiny_bert_workload, monkeypatch):
     from supergrep.bench import peer
 
