@@ -19,7 +19,8 @@ A variant is written as ``+``-joined tokens (``bf16+compile+packing``):
                               templates where they win, with the pointwise ops fused into them
     pad=N                     round document widths (and packed rows) up to a multiple of N (default 8):
                               fewer distinct shapes for CUDA graphs and first-call costs
-    res16                     varlen: the residual stream in the autocast dtype (train config residual_dtype: compute)
+    res16                     varlen: the residual stream in the autocast dtype (train config residual_dtype: compute,
+                              train's default; without the token a variant runs the float32 stream)
     static                    varlen: static_shapes (one shape per token-count bucket of pad=N, N a multiple
                               of 64: caps-wide batches, a fixed filler count), for cudagraphs
     ckpt                      gradient checkpointing
