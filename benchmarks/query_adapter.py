@@ -27,17 +27,21 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from supergrep.backends.torch_ops import TorchOps
 from supergrep.config import Config
 from supergrep.corpus.documents import code_document, load_pairs
 from supergrep.encoder.encoder import Encoder, padded_batch
 from supergrep.encoder.spec import resolve_model
 from supergrep.evaluation.evaluate import markdown_table, run_eval, summary_rows
 from supergrep.evaluation.queries import load_queries
+from supergrep.train.losses.maxsim import maxsim_scores  # the trainer's: mean over query tokens
+
+OPS = TorchOps(torch.device("cpu"))
 
 
 def lora_copy(model: torch.nn.Module, r: int, alpha: float, seed: int) -> torch.nn.Module:
-    from supergrep.backends.torch_lora import linear_to_lora_layers, lora_modules
     from supergrep.backends.adapters import LoRAConfig
+    from supergrep.backends.torch_lora import linear_to_lora_layers, lora_modules
 
     q = copy.deepcopy(model)
     for p in q.parameters():
@@ -57,13 +61,6 @@ def query_vectors(model, enc: Encoder, texts: list[str]) -> tuple[torch.Tensor, 
     input_ids, mask, keep = padded_batch(ids, "query", enc.spec.settings, enc.tokenizer)
     hidden = model(input_ids=torch.from_numpy(input_ids), attention_mask=torch.from_numpy(mask)).last_hidden_state
     return F.normalize(hidden.float(), dim=-1), torch.from_numpy(keep)
-
-
-def maxsim(q: torch.Tensor, qk: torch.Tensor, d: torch.Tensor, dk: torch.Tensor) -> torch.Tensor:
-    """(Bq, Bd) sums over each query's kept tokens of the best kept document token."""
-    s = torch.einsum("qtd,bsd->qbts", q, d)  # (Bq, Bd, Lq, Ld)
-    s = s.masked_fill(~dk[None, :, None, :], -1e4).amax(-1)
-    return (s * qk[:, None, :]).sum(-1)
 
 
 class AdaptedEncoder(Encoder):
@@ -130,13 +127,12 @@ def main() -> None:
             dk[j, : len(docs[i])] = True
         with torch.no_grad():
             rq, rk = query_vectors(base, raw, texts)
-            teacher = maxsim(rq, rk, d, dk) / rk.sum(-1, keepdim=True)
+            teacher = maxsim_scores(OPS, rq, rk, d, dk)
         lr = args.lr * min(1.0, (step + 1) / 20) * 0.5 * (1 + np.cos(np.pi * step / args.steps))
         for g in opt.param_groups:
             g["lr"] = lr
         q, qk = query_vectors(qmodel, raw, texts)
-        s = maxsim(q, qk, d, dk) / qk.sum(-1, keepdim=True)  # mean over query tokens: one scale
-        logits = s / args.temperature
+        logits = maxsim_scores(OPS, q, qk, d, dk) / args.temperature
         ce = F.cross_entropy(logits, torch.arange(args.batch))
         kl = F.kl_div(F.log_softmax(logits, -1), F.log_softmax(teacher / args.temperature, -1),
                       log_target=True, reduction="batchmean")

@@ -578,8 +578,7 @@ def _run_interleaved(wl, variants, steps, warmup, rounds, time_limit, peaks, mf,
             if hasattr(cfg, name):
                 setattr(cfg, name, max(getattr(cfg, name), 8 * len(variants)))
     runs: dict[int, _Run] = {}
-    errors: dict[int, dict] = {}
-    skipped: set[int] = set()
+    errors: dict[int, dict] = {}  # the rows of variants that did not get to run: failed or skipped
     warm_s = 0.0  # the longest warm-up so far: the estimate for the next one
     for i, v in enumerate(variants):
         # a warm-up (a first compile: minutes on a fresh GPU machine) that would end past the limit
@@ -587,7 +586,7 @@ def _run_interleaved(wl, variants, steps, warmup, rounds, time_limit, peaks, mf,
         # outer timeout kills the process (a run killed while warming writes nothing)
         if time_limit is not None and time.perf_counter() - t0 + warm_s > time_limit:
             log.warning("time limit %.0f s: %s not warmed (the last warm-up took %.0f s)", time_limit, v.name, warm_s)
-            skipped.add(i)
+            errors[i] = {"variant": v.name, "skipped": f"time limit {time_limit:.0f} s: not warmed"}
             continue
         log.info("bench train %s: %s (warm-up)", wl.name, v.name)
         w0 = time.perf_counter()
@@ -604,8 +603,6 @@ def _run_interleaved(wl, variants, steps, warmup, rounds, time_limit, peaks, mf,
         for i, v in enumerate(variants):
             if i in errors:
                 out.append(errors[i])
-            elif i in skipped:
-                out.append({"variant": v.name, "skipped": f"time limit {time_limit:.0f} s: not warmed"})
             elif runs[i].segments:
                 try:  # a non-finite loss is a failed variant here too, as in the sequential loop
                     out.append(runs[i].row(mf, (peaks.get(runs[i].device) or {}).get("flops_per_s")))
