@@ -25,6 +25,7 @@ cpp_wrapper`` the compiled step functions between Inductor's C++ wrapper and its
 fast_launch`` our Triton kernels' cached launches against Triton's JIT dispatch, ``--ab bwd_tiles``
 the attention backward kernels' own tiles against the forward's shared ones, ``--ab
 residual_compute`` the residual stream in bf16 against float32 (train config ``residual_dtype``),
+``--ab fused_maxsim`` the loss's MaxSim as Triton kernels against the einsum path,
 ``--ab gated_fwd`` the gated activation with wo's float8 input as one Triton op against Inductor's
 fused form (``torch_t5_varlen.GATED_FORWARD_KERNEL``). Example (a boolean attribute of the trainer; ``stage_copies`` was one, measured and removed):
 
@@ -264,6 +265,10 @@ def set_state(tr, attr: str, state: bool) -> None:
         from supergrep.backends import torch_t5_varlen
 
         torch_t5_varlen.GATED_FORWARD_KERNEL = state
+    elif attr == "fused_maxsim":  # the loss's MaxSim as Triton kernels (torch_maxsim), always or never (recompiles once per state)
+        from supergrep.backends import torch_maxsim
+
+        torch_maxsim.ENABLED = state
     elif attr == "residual_compute":  # varlen: the residual stream in the autocast dtype (recompiles once per state)
         tr.residual_compute = state and tr.amp_dtype is not None
     elif attr == "bwd_tiles":  # the attention backward kernels' own tiles (t5_attention._BWD_BLOCKS) or the shared ones

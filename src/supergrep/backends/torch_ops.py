@@ -14,6 +14,12 @@ class TorchOps:
     def shape(self, x: torch.Tensor) -> tuple[int, ...]:
         return tuple(x.shape)
 
+    def fused_maxsim(self, q: torch.Tensor, q_mask: torch.Tensor, d: torch.Tensor, d_mask: torch.Tensor):
+        """``maxsim_scores`` through fused Triton kernels on CUDA (``torch_maxsim``), or None."""
+        from supergrep.backends.torch_maxsim import fused_maxsim
+
+        return fused_maxsim(q, q_mask, d, d_mask)
+
     def einsum(self, spec: str, *xs: torch.Tensor) -> torch.Tensor:
         return torch.einsum(spec, *xs)
 

@@ -32,6 +32,11 @@ def maxsim_scores(ops: Any, q: Any, q_mask: Any, d: Any, d_mask: Any, doc_chunk:
     >>> maxsim_scores(NumpyOps(), q, np.ones((1, 2), bool), d, dm).round(3).tolist()
     [[0.9, 0.5]]
     """
+    fused = getattr(ops, "fused_maxsim", None)  # torch on CUDA: Triton kernels, no (n_q, q_len, n_d, d_len) temporary
+    if fused is not None:
+        scores = fused(q, q_mask, d, d_mask)
+        if scores is not None:
+            return scores
     parts = []
     n_d = ops.shape(d)[0]
     for s in range(0, n_d, doc_chunk):
