@@ -60,6 +60,12 @@ for name, shape in {"loss": (6, 32, 9, 70, 128), "odd": (5, 7, 4, 13, 24), "one"
     out[name] = [torch.allclose(s0, s1, atol=1e-5), torch.allclose(dq0, dq1, atol=1e-5), torch.allclose(dd0, dd1, atol=1e-5),
                  s1.dtype == torch.float32 and dq1.dtype == dd1.dtype == torch.float32,
                  bool(dd1[0, 0].abs().sum() == 0), bool(s1[:, 2].eq(-1e4).all()) if shape[2] > 2 else True]
+# scores without gradients (a teacher's): the same, and no argmax kept
+q, qm, d, dm, g = case(5, 32, 7, 30, 64, seed=5)
+with torch.no_grad():
+    plain_s, fused_s = maxsim_scores(Plain(), q, qm, d, dm), torch_maxsim.maxsim(q, qm, d, dm)
+_, arg, _, _ = torch.ops.supergrep.maxsim_fwd(q, qm, d, dm, False)
+out["no_grad"] = [torch.allclose(plain_s, fused_s, atol=1e-5), arg.numel() == 0]
 # bf16 vectors (an autocast loss): bf16 products accumulated in float32 are the float32 einsum of
 # the bf16 values (the einsum in bf16 itself rounds its sums, and its ties differ); bf16 gradients
 q, qm, d, dm, g = case(4, 32, 6, 40, 128, seed=7)
@@ -93,7 +99,7 @@ def test_fused_maxsim_matches_the_einsum_path_in_the_interpreter():
     res = subprocess.run([sys.executable, "-c", CHECK], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    assert sorted(out) == ["bf16", "compiled", "loss", "odd", "one", "wide"]
+    assert sorted(out) == ["bf16", "compiled", "loss", "no_grad", "odd", "one", "wide"]
     for key, checks in out.items():
         assert all(checks), (key, checks)
 

@@ -38,7 +38,8 @@ NEG = -1e4  # losses/maxsim.NEG: a masked similarity
 @triton.jit
 def maxsim_fwd_kernel(q_ptr, qm_ptr, d_ptr, dm_ptr, dend_ptr, inv_ptr, s_ptr, a_ptr, n_q, n_d, q_len, dim,
                       sq0, sq1, sqm0, sqm1, sd0, sd1, sdm0, sdm1,
-                      QB: tl.constexpr, LQ: tl.constexpr, BK: tl.constexpr, BD: tl.constexpr, PREC: tl.constexpr):
+                      QB: tl.constexpr, LQ: tl.constexpr, BK: tl.constexpr, BD: tl.constexpr, PREC: tl.constexpr,
+                      STORE_ARG: tl.constexpr):
     pq = tl.program_id(0)
     j = tl.program_id(1).to(tl.int64)
     r = tl.arange(0, QB * LQ)
@@ -73,7 +74,8 @@ def maxsim_fwd_kernel(q_ptr, qm_ptr, d_ptr, dm_ptr, dend_ptr, inv_ptr, s_ptr, a_
     rin = rows < n_q
     inv = tl.load(inv_ptr + rows, mask=rin, other=0.0)
     tl.store(s_ptr + rows.to(tl.int64) * n_d + j, per_q * inv, mask=rin)
-    tl.store(a_ptr + (qi * n_d + j) * q_len + t, arg, mask=valid)
+    if STORE_ARG:
+        tl.store(a_ptr + (qi * n_d + j) * q_len + t, arg, mask=valid)
 
 
 @triton.jit
@@ -157,9 +159,10 @@ def _unit_rows(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-def forward(q: torch.Tensor, q_mask: torch.Tensor, d: torch.Tensor, d_mask: torch.Tensor
+def forward(q: torch.Tensor, q_mask: torch.Tensor, d: torch.Tensor, d_mask: torch.Tensor, need_arg: bool = True
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(scores (n_q, n_d) float32, argmax (n_q, n_d, q_len) int32 (-1: no real document token),
+    """(scores (n_q, n_d) float32, argmax (n_q, n_d, q_len) int32 (-1: no real document token;
+    empty unless ``need_arg``: scoring without gradients, e.g. a teacher's, keeps no argmax),
     inv (n_q,) float32 = 1 / the query's real tokens, dend (n_d,) int32 = one past each
     document's last real token) for q (n_q, q_len, dim), d (n_d, d_len, dim) and their masks."""
     q, d = _unit_rows(q), _unit_rows(d)
@@ -171,13 +174,14 @@ def forward(q: torch.Tensor, q_mask: torch.Tensor, d: torch.Tensor, d_mask: torc
     dend = (pos[None, :] * (d_mask != 0)).amax(1).to(torch.int32) if d_len else torch.zeros(n_d, dtype=torch.int32,
                                                                                               device=d.device)
     scores = torch.empty((n_q, n_d), device=q.device, dtype=torch.float32)
-    arg = torch.empty((n_q, n_d, q_len), device=q.device, dtype=torch.int32)
+    arg = torch.empty((n_q, n_d, q_len) if need_arg else (0,), device=q.device, dtype=torch.int32)
     if n_q and n_d:
         qb, lq, bk, bd = _blocks(q_len, dim, _fwd_rows(n_q, n_d))
         _FWD[(triton.cdiv(n_q, qb), n_d)](
             q, qm, d, dm, dend, inv, scores, arg, n_q, n_d, q_len, dim,
             q.stride(0), q.stride(1), qm.stride(0), qm.stride(1), d.stride(0), d.stride(1), dm.stride(0), dm.stride(1),
-            QB=qb, LQ=lq, BK=bk, BD=bd, PREC=_precision(q.dtype), num_warps=8 if qb * lq >= 128 else 4)
+            QB=qb, LQ=lq, BK=bk, BD=bd, PREC=_precision(q.dtype), STORE_ARG=need_arg,
+            num_warps=8 if qb * lq >= 128 else 4)
     return scores, arg, inv, dend
 
 
