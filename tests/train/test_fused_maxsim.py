@@ -120,6 +120,11 @@ def test_fused_maxsim_stays_off_where_it_does_not_apply(monkeypatch):
     assert TorchOps().fused_maxsim(q, qm, torch.randn(3, 5, 6), dm) is None  # dims differ
     assert TorchOps().fused_maxsim(q.double(), qm, d.double(), dm) is None  # float64
     assert TorchOps().fused_maxsim(q, qm, d, dm) is not None  # the interpreter's CPU tensors: the kernels
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert TorchOps().fused_maxsim(q, qm, d, dm) is None  # atomic adds are not deterministic
+    finally:
+        torch.use_deterministic_algorithms(False)
     monkeypatch.setattr(torch_maxsim, "ENABLED", "auto")  # the default: by the einsum temporary's size
     assert TorchOps().fused_maxsim(q, qm, d, dm) is None  # 2 x 3 x 5 < MIN_WORK
     monkeypatch.setattr(torch_maxsim, "MIN_WORK", 2 * 3 * 5)

@@ -84,8 +84,8 @@ def maxsim(q: torch.Tensor, q_mask: torch.Tensor, d: torch.Tensor, d_mask: torch
 
 def fused_maxsim(q: torch.Tensor, q_mask: torch.Tensor, d: torch.Tensor, d_mask: torch.Tensor) -> torch.Tensor | None:
     """The fused scores where they apply, else None (the caller's einsum path)."""
-    if not (ENABLED and _HAVE_TRITON):
-        return None
+    if not (ENABLED and _HAVE_TRITON) or torch.are_deterministic_algorithms_enabled():
+        return None  # (the backward adds atomically: its float sums' order varies run to run)
     if not (q.is_cuda or os.environ.get("TRITON_INTERPRET") == "1") or d.device != q.device:
         return None
     if q.dim() != 3 or d.dim() != 3 or q.shape[-1] != d.shape[-1] or q.shape[-1] > 512 or q.shape[1] > 512:
