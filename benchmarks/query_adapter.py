@@ -93,6 +93,9 @@ def main() -> None:
     ap.add_argument("--corpus", action="append", default=[])
     ap.add_argument("--modes", default="semantic,hybrid")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--group-by", choices=["none", "dir"], default="none",
+                    help="dir: pairs taken whole directories at a time and each batch drawn from consecutive "
+                         "directories, so the in-batch negatives share the positive's module, names and vocabulary")
     args = ap.parse_args()
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
@@ -103,7 +106,23 @@ def main() -> None:
     base = raw.backend.model.float().eval()
     pairs = [p for p in load_pairs(args.pairs, split="train") if p.query.strip() and p.code.strip()]
     random.Random(args.seed).shuffle(pairs)
-    pairs = pairs[: args.n]
+    groups: list[list[int]] = []
+    if args.group_by == "dir":  # whole directories (of >= 4 pairs) until n, each kept contiguous
+        by_dir: dict[str, list] = {}
+        for p in pairs:
+            by_dir.setdefault(str(Path(p.path).parent), []).append(p)
+        keys = [k for k in by_dir if len(by_dir[k]) >= 4]
+        random.Random(args.seed).shuffle(keys)
+        chosen: list = []
+        for k in keys:
+            if len(chosen) >= args.n:
+                break
+            groups.append(list(range(len(chosen), len(chosen) + len(by_dir[k]))))
+            chosen += by_dir[k]
+        pairs = chosen
+        print(f"{len(pairs)} pairs from {len(groups)} directories", flush=True)
+    else:
+        pairs = pairs[: args.n]
     t0 = time.perf_counter()
     docs = raw.encode_documents([code_document(p.code, p.path, p.symbol, p.language) for p in pairs])
     docs = [d[: args.doc_tokens] for d in docs]
@@ -116,8 +135,15 @@ def main() -> None:
     rng = np.random.default_rng(args.seed)
     log = (out / "log.jsonl").open("w")
     t0 = time.perf_counter()
+    order: list[int] = []
     for step in range(args.steps):
-        idx = rng.choice(len(pairs), size=args.batch, replace=False)
+        if groups:  # consecutive directories, their order reshuffled each pass
+            if len(order) < args.batch:
+                perm = rng.permutation(len(groups))
+                order += [i for g in perm for i in groups[g]]
+            idx, order = np.array(order[: args.batch]), order[args.batch:]
+        else:
+            idx = rng.choice(len(pairs), size=args.batch, replace=False)
         texts = [pairs[i].query for i in idx]
         width = max(len(docs[i]) for i in idx)
         d = torch.zeros(args.batch, width, docs[0].shape[1])

@@ -11,10 +11,10 @@ whose widest document is 512 tokens (random rather than length-bucketed batches)
   document's tokens in tiles of BK up to its last real token, and keeps each query token's running
   max and its argmax; it writes the (query, document) score and the argmax (int32, n_q x n_d x
   q_len: 4.7 MB at batch 192), nothing of size d_len.
-- backward, from the argmax: dq[i, t] = inv[i] sum_j g[i, j] d[j, arg[i, j, t]] (a gather, one
-  program per query and block of documents, atomically added); dd[j, k] = sum over (i, t) with
-  arg[i, j, t] = k of inv[i] g[i, j] q[i, t]: each query token's vector added to the document
-  token it chose (a scatter of n_q x n_d x q_len rows, atomic).
+- backward, from the argmax, one program per query and block of documents: dq[i, t] = inv[i]
+  sum_j g[i, j] d[j, arg[i, j, t]] (a gather) and dd[j, k] = sum over (i, t) with arg[i, j, t] =
+  k of inv[i] g[i, j] q[i, t] (each query token's vector added to the document token it chose, a
+  scatter), both added atomically.
 
 Semantics are ``maxsim_scores``'s (losses/maxsim.py): masked document tokens never win (a document
 with none gives each query token -1e4, and no gradient), masked query tokens count 0 and the sum
@@ -79,36 +79,15 @@ def maxsim_fwd_kernel(q_ptr, qm_ptr, d_ptr, dm_ptr, dend_ptr, inv_ptr, s_ptr, a_
 
 
 @triton.jit
-def maxsim_dq_kernel(g_ptr, qm_ptr, d_ptr, a_ptr, inv_ptr, dq_ptr, n_q, n_d, q_len, dim, sg0, sqm0, sqm1, sd0, sd1,
-                     JB: tl.constexpr, LQ: tl.constexpr, BD: tl.constexpr):
-    i = tl.program_id(0).to(tl.int64)
-    j0 = tl.program_id(1) * JB
-    t = tl.arange(0, LQ)
-    tin = t < q_len
-    cols = tl.arange(0, BD)
-    cin = cols < dim
-    qmv = (tl.load(qm_ptr + i * sqm0 + t * sqm1, mask=tin, other=0) != 0) & tin
-    inv = tl.load(inv_ptr + i)
-    acc = tl.zeros((LQ, BD), tl.float32)
-    for j in range(j0, tl.minimum(j0 + JB, n_d)):
-        g = tl.load(g_ptr + i * sg0 + j)
-        a = tl.load(a_ptr + (i * n_d + j) * q_len + t, mask=tin, other=-1)
-        ok = qmv & (a >= 0)
-        dv = tl.load(d_ptr + (i * 0 + j) * sd0 + a[:, None].to(tl.int64) * sd1 + cols[None, :],  # int64 offsets
-                     mask=ok[:, None] & cin[None, :], other=0.0)
-        acc += (g * inv) * dv.to(tl.float32)
-    tl.atomic_add(dq_ptr + (i * q_len + t[:, None]) * dim + cols[None, :], acc, mask=tin[:, None] & cin[None, :])
-
-
-@triton.jit
-def maxsim_dd_scatter_kernel(g_ptr, q_ptr, qm_ptr, a_ptr, inv_ptr, dd_ptr, n_q, n_d, q_len, dim, d_len,
-                             sg0, sq0, sq1, sqm0, sqm1, JB: tl.constexpr, LQ: tl.constexpr, BD: tl.constexpr):
-    """dd by scattering: program (query, block of JB documents) adds each of the query's token
-    vectors, weighted, to the document token it chose (atomically): n_q x n_d x q_len row adds,
-    whatever the documents' widths. Measured against the dense form (per tile of BK document
-    tokens, the one-hot matrix of the argmaxes times the query tokens, as a tf32 product; split
-    over query blocks or not) on an H200, the loss's forward + backward: 1.68 vs 2.32-2.45 ms at
-    batch 192 x width 176, 2.89 vs 8.97-11.49 ms at 384 x 512 (benchmarks/maxsim_check.py,
+def maxsim_bwd_kernel(g_ptr, q_ptr, qm_ptr, d_ptr, a_ptr, inv_ptr, dq_ptr, dd_ptr, n_q, n_d, q_len, dim, d_len,
+                      sg0, sq0, sq1, sqm0, sqm1, sd0, sd1, JB: tl.constexpr, LQ: tl.constexpr, BD: tl.constexpr):
+    """Program (query, block of JB documents), from each query token's argmax: dq gathers the
+    chosen document tokens, dd scatters the query's token vectors to them (atomic adds, as dq's
+    partial sums over document blocks are): n_q x n_d x q_len row reads and adds, whatever the
+    documents' widths. Against a dense dd (per tile of BK document tokens, the one-hot matrix of
+    the argmaxes times the query tokens, a tf32 product; split over query blocks or not), on an
+    H200, the loss's forward + backward: 1.68 vs 2.32-2.45 ms at batch 192 x width 176, 2.89 vs
+    8.97-11.49 ms at 384 x 512 (dq and dd then separate kernels; benchmarks/maxsim_check.py,
     ``benchmarks/results/fused-maxsim-2026-11-29``)."""
     i = tl.program_id(0).to(tl.int64)
     j0 = tl.program_id(1) * JB
@@ -117,17 +96,22 @@ def maxsim_dd_scatter_kernel(g_ptr, q_ptr, qm_ptr, a_ptr, inv_ptr, dd_ptr, n_q, 
     cols = tl.arange(0, BD)
     cin = cols < dim
     qmv = (tl.load(qm_ptr + i * sqm0 + t * sqm1, mask=tin, other=0) != 0) & tin
+    inv = tl.load(inv_ptr + i)
     qv = tl.load(q_ptr + i * sq0 + t[:, None] * sq1 + cols[None, :], mask=qmv[:, None] & cin[None, :],
-                 other=0.0).to(tl.float32) * tl.load(inv_ptr + i)
+                 other=0.0).to(tl.float32) * inv
+    acc = tl.zeros((LQ, BD), tl.float32)
     for j in range(j0, tl.minimum(j0 + JB, n_d)):
         g = tl.load(g_ptr + i * sg0 + j)
-        a = tl.load(a_ptr + (i * n_d + j) * q_len + t, mask=tin, other=-1)
-        ok = qmv & (a >= 0)
-        tl.atomic_add(dd_ptr + ((i * 0 + j) * d_len + a[:, None].to(tl.int64)) * dim + cols[None, :], g * qv,
-                      mask=ok[:, None] & cin[None, :], sem="relaxed")
+        a = tl.load(a_ptr + (i * n_d + j) * q_len + t, mask=tin, other=-1).to(tl.int64)
+        ok = (qmv & (a >= 0))[:, None] & cin[None, :]
+        jj = i * 0 + j  # int64 offsets
+        dv = tl.load(d_ptr + jj * sd0 + a[:, None] * sd1 + cols[None, :], mask=ok, other=0.0)
+        acc += (g * inv) * dv.to(tl.float32)
+        tl.atomic_add(dd_ptr + (jj * d_len + a[:, None]) * dim + cols[None, :], g * qv, mask=ok, sem="relaxed")
+    tl.atomic_add(dq_ptr + (i * q_len + t[:, None]) * dim + cols[None, :], acc, mask=tin[:, None] & cin[None, :])
 
 
-_FWD, _DQ, _DD = map(CachedKernel, (maxsim_fwd_kernel, maxsim_dq_kernel, maxsim_dd_scatter_kernel))  # triton_launch.py
+_FWD, _BWD = map(CachedKernel, (maxsim_fwd_kernel, maxsim_bwd_kernel))  # triton_launch.py
 FWD_ROWS = 0  # query-token rows a forward program holds; 0: by the batch (benchmarks/maxsim_check.py sweeps it)
 
 
@@ -199,11 +183,7 @@ def backward(g: torch.Tensor, q: torch.Tensor, q_mask: torch.Tensor, d: torch.Te
     if n_q and n_d:
         qb, lq, bk, bd = _blocks(q_len, dim)
         jb = 32
-        _DQ[(n_q, triton.cdiv(n_d, jb))](
-            g, qm, d, arg, inv, dq, n_q, n_d, q_len, dim, g.stride(0), qm.stride(0), qm.stride(1),
-            d.stride(0), d.stride(1), JB=jb, LQ=lq, BD=bd, num_warps=4)
-        if d_len:
-            _DD[(n_q, triton.cdiv(n_d, jb))](
-                g, q, qm, arg, inv, dd, n_q, n_d, q_len, dim, d_len, g.stride(0), q.stride(0), q.stride(1),
-                qm.stride(0), qm.stride(1), JB=jb, LQ=lq, BD=bd, num_warps=4)
+        _BWD[(n_q, triton.cdiv(n_d, jb))](
+            g, q, qm, d, arg, inv, dq, dd, n_q, n_d, q_len, dim, d_len, g.stride(0), q.stride(0), q.stride(1),
+            qm.stride(0), qm.stride(1), d.stride(0), d.stride(1), JB=jb, LQ=lq, BD=bd, num_warps=4)
     return dq.to(q.dtype), dd.to(d.dtype)
