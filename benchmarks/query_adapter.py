@@ -110,7 +110,7 @@ def main() -> None:
     if args.group_by == "dir":  # whole directories (of >= 4 pairs) until n, each kept contiguous
         by_dir: dict[str, list] = {}
         for p in pairs:
-            by_dir.setdefault(str(Path(p.path).parent), []).append(p)
+            by_dir.setdefault(f"{p.repo}/{Path(p.path).parent}", []).append(p)
         keys = [k for k in by_dir if len(by_dir[k]) >= 4]
         random.Random(args.seed).shuffle(keys)
         chosen: list = []

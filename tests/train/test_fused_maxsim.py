@@ -114,12 +114,16 @@ def test_fused_maxsim_stays_off_where_it_does_not_apply(monkeypatch):
     qm, dm = torch.ones(2, 4, dtype=torch.bool), torch.ones(3, 5, dtype=torch.bool)
     assert TorchOps().fused_maxsim(q, qm, d, dm) is None  # a CPU tensor
     monkeypatch.setenv("TRITON_INTERPRET", "1")
+    # the decision alone (the kernels run in the interpreter's own process, above: a Triton kernel
+    # imported before TRITON_INTERPRET was set would launch on CUDA)
+    chosen = torch.zeros(2, 3)
+    monkeypatch.setattr(torch_maxsim, "maxsim", lambda *a: chosen)
     monkeypatch.setattr(torch_maxsim, "ENABLED", False)
     assert TorchOps().fused_maxsim(q, qm, d, dm) is None  # switched off
     monkeypatch.setattr(torch_maxsim, "ENABLED", True)
     assert TorchOps().fused_maxsim(q, qm, torch.randn(3, 5, 6), dm) is None  # dims differ
     assert TorchOps().fused_maxsim(q.double(), qm, d.double(), dm) is None  # float64
-    assert TorchOps().fused_maxsim(q, qm, d, dm) is not None  # the interpreter's CPU tensors: the kernels
+    assert TorchOps().fused_maxsim(q, qm, d, dm) is chosen  # the interpreter's CPU tensors: the kernels
     torch.use_deterministic_algorithms(True)
     try:
         assert TorchOps().fused_maxsim(q, qm, d, dm) is None  # atomic adds are not deterministic
@@ -128,6 +132,6 @@ def test_fused_maxsim_stays_off_where_it_does_not_apply(monkeypatch):
     monkeypatch.setattr(torch_maxsim, "ENABLED", "auto")  # the default: by the einsum temporary's size
     assert TorchOps().fused_maxsim(q, qm, d, dm) is None  # 2 x 3 x 5 < MIN_WORK
     monkeypatch.setattr(torch_maxsim, "MIN_WORK", 2 * 3 * 5)
-    assert TorchOps().fused_maxsim(q, qm, d, dm) is not None
+    assert TorchOps().fused_maxsim(q, qm, d, dm) is chosen
 
 
