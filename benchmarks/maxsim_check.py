@@ -103,12 +103,13 @@ def main() -> None:
         t_fused = _time(fused, args, sync, reps)
         peak_fused = torch.cuda.max_memory_allocated() - base if a.device == "cuda" else 0
         sweep = {}  # the kernels' options, each timed (and checked) on the same inputs
-        for rows_ in (64, 128):  # the forward's rows a program (the default picks by n_q x n_d)
-            triton_maxsim.FWD_ROWS = rows_
+        for rows_, docs_ in ((64, 1), (128, 1), (64, 4), (128, 4)):  # the forward's rows and documents a program
+            triton_maxsim.FWD_ROWS, triton_maxsim.FWD_DOCS = rows_, docs_
             alt = _run(fused, *args)
-            sweep[f"rows {rows_}"] = [round(_time(fused, args, sync, reps), 3),
-                                      round(max(float((r - g).norm() / r.norm()) for r, g in zip(ref, alt)), 4)]
-        triton_maxsim.FWD_ROWS = 0
+            sweep[f"rows {rows_}, docs {docs_}"] = [
+                round(_time(fused, args, sync, reps), 3),
+                round(max(float((r - g).norm() / r.norm()) for r, g in zip(ref, alt)), 4)]
+        triton_maxsim.FWD_ROWS, triton_maxsim.FWD_DOCS = 0, 1
         row = {"batch": n, "width": width, "doc_tokens": int(args[3].sum()), "einsum_ms": round(t_plain, 3),
                "fused_ms": round(t_fused, 3), "speedup": round(t_plain / t_fused, 2),
                "einsum_peak_mib": round(peak_plain / 2**20, 1), "fused_peak_mib": round(peak_fused / 2**20, 1),

@@ -60,6 +60,14 @@ for name, shape in {"loss": (6, 32, 9, 70, 128), "odd": (5, 7, 4, 13, 24), "one"
     out[name] = [torch.allclose(s0, s1, atol=1e-5), torch.allclose(dq0, dq1, atol=1e-5), torch.allclose(dd0, dd1, atol=1e-5),
                  s1.dtype == torch.float32 and dq1.dtype == dd1.dtype == torch.float32,
                  bool(dd1[0, 0].abs().sum() == 0), bool(s1[:, 2].eq(-1e4).all()) if shape[2] > 2 else True]
+# a forward program over several documents (FWD_DOCS, swept by benchmarks/maxsim_check.py), 128 rows
+from supergrep.backends import triton_maxsim
+triton_maxsim.FWD_ROWS, triton_maxsim.FWD_DOCS = 128, 3
+q, qm, d, dm, g = case(6, 32, 10, 70, 128, seed=3)
+s0, dq0, dd0 = run(lambda *a: maxsim_scores(Plain(), *a), q, qm, d, dm, g)
+s1, dq1, dd1 = run(torch_maxsim.maxsim, q, qm, d, dm, g)
+out["docs3"] = [torch.allclose(s0, s1, atol=1e-5), torch.allclose(dq0, dq1, atol=1e-5), torch.allclose(dd0, dd1, atol=1e-5)]
+triton_maxsim.FWD_ROWS, triton_maxsim.FWD_DOCS = 0, 1
 # scores without gradients (a teacher's): the same, and no argmax kept
 q, qm, d, dm, g = case(5, 32, 7, 30, 64, seed=5)
 with torch.no_grad():
@@ -99,7 +107,7 @@ def test_fused_maxsim_matches_the_einsum_path_in_the_interpreter():
     res = subprocess.run([sys.executable, "-c", CHECK], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    assert sorted(out) == ["bf16", "compiled", "loss", "no_grad", "odd", "one", "wide"]
+    assert sorted(out) == ["bf16", "compiled", "docs3", "loss", "no_grad", "odd", "one", "wide"]
     for key, checks in out.items():
         assert all(checks), (key, checks)
 

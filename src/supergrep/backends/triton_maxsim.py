@@ -38,10 +38,13 @@ NEG = -1e4  # losses/maxsim.NEG: a masked similarity
 @triton.jit
 def maxsim_fwd_kernel(q_ptr, qm_ptr, d_ptr, dm_ptr, dend_ptr, inv_ptr, s_ptr, a_ptr, n_q, n_d, q_len, dim,
                       sq0, sq1, sqm0, sqm1, sd0, sd1, sdm0, sdm1,
-                      QB: tl.constexpr, LQ: tl.constexpr, BK: tl.constexpr, BD: tl.constexpr, PREC: tl.constexpr,
-                      STORE_ARG: tl.constexpr):
+                      QB: tl.constexpr, LQ: tl.constexpr, BK: tl.constexpr, BD: tl.constexpr, JD: tl.constexpr,
+                      PREC: tl.constexpr, STORE_ARG: tl.constexpr):
+    """Program (block of QB queries, block of JD documents): the queries' tokens loaded once, each
+    document's tokens streamed in tiles of BK up to its last real token."""
     pq = tl.program_id(0)
-    j = tl.program_id(1).to(tl.int64)
+    j0 = tl.program_id(1) * JD
+    zero = pq.to(tl.int64) * 0  # for int64 offsets from the loop's index
     r = tl.arange(0, QB * LQ)
     qi = (pq * QB + r // LQ).to(tl.int64)
     t = r % LQ
@@ -52,30 +55,31 @@ def maxsim_fwd_kernel(q_ptr, qm_ptr, d_ptr, dm_ptr, dend_ptr, inv_ptr, s_ptr, a_
     qv = tl.load(q_ptr + qi[:, None] * sq0 + t[:, None] * sq1 + cols[None, :], mask=valid[:, None] & cin[None, :],
                  other=0.0).to(tl.float32)
     qmv = (tl.load(qm_ptr + qi * sqm0 + t * sqm1, mask=valid, other=0) != 0) & valid
-    end = tl.load(dend_ptr + j)
-    best = tl.full((QB * LQ,), -1e4, tl.float32)
-    arg = tl.full((QB * LQ,), -1, tl.int32)
-    for k0 in range(0, end, BK):
-        ks = k0 + tl.arange(0, BK)
-        kin = ks < end
-        dv = tl.load(d_ptr + j * sd0 + ks[:, None] * sd1 + cols[None, :], mask=kin[:, None] & cin[None, :],
-                     other=0.0).to(tl.float32)
-        dmv = (tl.load(dm_ptr + j * sdm0 + ks * sdm1, mask=kin, other=0) != 0) & kin
-        s = tl.dot(qv, tl.trans(dv), input_precision=PREC)
-        s = tl.where(dmv[None, :], s, -1e4)
-        m = tl.max(s, axis=1)
-        a = tl.argmax(s, axis=1).to(tl.int32) + k0
-        upd = m > best  # strict: a masked tile (all -1e4) never replaces; ties keep the first token
-        best = tl.where(upd, m, best)
-        arg = tl.where(upd, a, arg)
-    contrib = tl.where(qmv, best, 0.0)
-    per_q = tl.sum(tl.reshape(contrib, (QB, LQ)), axis=1)
     rows = pq * QB + tl.arange(0, QB)
     rin = rows < n_q
     inv = tl.load(inv_ptr + rows, mask=rin, other=0.0)
-    tl.store(s_ptr + rows.to(tl.int64) * n_d + j, per_q * inv, mask=rin)
-    if STORE_ARG:
-        tl.store(a_ptr + (qi * n_d + j) * q_len + t, arg, mask=valid)
+    for jd in range(j0, tl.minimum(j0 + JD, n_d)):
+        j = zero + jd
+        end = tl.load(dend_ptr + j)
+        best = tl.full((QB * LQ,), -1e4, tl.float32)
+        arg = tl.full((QB * LQ,), -1, tl.int32)
+        for k0 in range(0, end, BK):
+            ks = k0 + tl.arange(0, BK)
+            kin = ks < end
+            dv = tl.load(d_ptr + j * sd0 + ks[:, None] * sd1 + cols[None, :],
+                         mask=kin[:, None] & cin[None, :], other=0.0).to(tl.float32)
+            dmv = (tl.load(dm_ptr + j * sdm0 + ks * sdm1, mask=kin, other=0) != 0) & kin
+            s = tl.dot(qv, tl.trans(dv), input_precision=PREC)
+            s = tl.where(dmv[None, :], s, -1e4)
+            m = tl.max(s, axis=1)
+            a = tl.argmax(s, axis=1).to(tl.int32) + k0
+            upd = m > best  # strict: a masked tile (all -1e4) never replaces; ties keep the first token
+            best = tl.where(upd, m, best)
+            arg = tl.where(upd, a, arg)
+        per_q = tl.sum(tl.reshape(tl.where(qmv, best, 0.0), (QB, LQ)), axis=1)
+        tl.store(s_ptr + rows.to(tl.int64) * n_d + j, per_q * inv, mask=rin)
+        if STORE_ARG:
+            tl.store(a_ptr + (qi * n_d + j) * q_len + t, arg, mask=valid)
 
 
 @triton.jit
@@ -113,6 +117,7 @@ def maxsim_bwd_kernel(g_ptr, q_ptr, qm_ptr, d_ptr, a_ptr, inv_ptr, dq_ptr, dd_pt
 
 _FWD, _BWD = map(CachedKernel, (maxsim_fwd_kernel, maxsim_bwd_kernel))  # triton_launch.py
 FWD_ROWS = 0  # query-token rows a forward program holds; 0: by the batch (benchmarks/maxsim_check.py sweeps it)
+FWD_DOCS = 1  # documents a forward program scores (its queries loaded once); 1 as measured, 4 swept next
 
 
 def _fwd_rows(n_q: int, n_d: int) -> int:
@@ -161,10 +166,10 @@ def forward(q: torch.Tensor, q_mask: torch.Tensor, d: torch.Tensor, d_mask: torc
     arg = torch.empty((n_q, n_d, q_len) if need_arg else (0,), device=q.device, dtype=torch.int32)
     if n_q and n_d:
         qb, lq, bk, bd = _blocks(q_len, dim, _fwd_rows(n_q, n_d))
-        _FWD[(triton.cdiv(n_q, qb), n_d)](
+        _FWD[(triton.cdiv(n_q, qb), triton.cdiv(n_d, FWD_DOCS))](
             q, qm, d, dm, dend, inv, scores, arg, n_q, n_d, q_len, dim,
             q.stride(0), q.stride(1), qm.stride(0), qm.stride(1), d.stride(0), d.stride(1), dm.stride(0), dm.stride(1),
-            QB=qb, LQ=lq, BK=bk, BD=bd, PREC=_precision(q.dtype), STORE_ARG=need_arg,
+            QB=qb, LQ=lq, BK=bk, BD=bd, JD=FWD_DOCS, PREC=_precision(q.dtype), STORE_ARG=need_arg,
             num_warps=8 if qb * lq >= 128 else 4)
     return scores, arg, inv, dend
 
