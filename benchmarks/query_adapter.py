@@ -63,6 +63,17 @@ def query_vectors(model, enc: Encoder, texts: list[str]) -> tuple[torch.Tensor, 
     return F.normalize(hidden.float(), dim=-1), torch.from_numpy(keep)
 
 
+def padded(vecs: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, L, dim) vectors and (B, L) mask from per-text token vectors of different lengths."""
+    width = max(len(v) for v in vecs)
+    out = torch.zeros(len(vecs), width, vecs[0].shape[1])
+    mask = torch.zeros(len(vecs), width, dtype=torch.bool)
+    for j, v in enumerate(vecs):
+        out[j, : len(v)] = torch.from_numpy(np.asarray(v, dtype=np.float32))
+        mask[j, : len(v)] = True
+    return out, mask
+
+
 class AdaptedEncoder(Encoder):
     """The raw encoder (same fingerprint: the raw index is reused) with queries through ``qmodel``."""
 
@@ -93,6 +104,11 @@ def main() -> None:
     ap.add_argument("--corpus", action="append", default=[])
     ap.add_argument("--modes", default="semantic,hybrid")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--teacher", default="", help="a named model (e.g. mpnet): its in-batch MaxSim scores, from its "
+                    "own token vectors of the same texts (encoded once), as soft labels (--teacher-weight)")
+    ap.add_argument("--teacher-weight", type=float, default=1.0)
+    ap.add_argument("--infonce", type=float, default=1.0, help="weight of the docstring labels' InfoNCE (0: the "
+                    "teacher's scores alone)")
     ap.add_argument("--group-by", choices=["none", "dir"], default="none",
                     help="dir: pairs taken whole directories at a time and each batch drawn from consecutive "
                          "directories, so the in-batch negatives share the positive's module, names and vocabulary")
@@ -128,6 +144,16 @@ def main() -> None:
     docs = [d[: args.doc_tokens] for d in docs]
     t_docs = time.perf_counter() - t0
     print(f"{len(pairs)} documents encoded in {t_docs:.0f} s", flush=True)
+    t_docs_teacher, t_vecs = 0.0, None
+    if args.teacher:  # the teacher's token vectors of every query and document, once, no gradients
+        t0 = time.perf_counter()
+        teacher_enc = Encoder(resolve_model(args.teacher), backend="torch", device="cpu", threads=args.threads)
+        t_vecs = (teacher_enc.encode_queries([p.query for p in pairs]),
+                  [v[: args.doc_tokens] for v in teacher_enc.encode_documents(
+                      [code_document(p.code, p.path, p.symbol, p.language) for p in pairs])])
+        del teacher_enc
+        t_docs_teacher = time.perf_counter() - t0
+        print(f"teacher {args.teacher}: {len(pairs)} queries and documents encoded in {t_docs_teacher:.0f} s", flush=True)
 
     qmodel = lora_copy(base, args.r, 2 * args.r, args.seed)
     params = [p for p in qmodel.parameters() if p.requires_grad]
@@ -145,15 +171,14 @@ def main() -> None:
         else:
             idx = rng.choice(len(pairs), size=args.batch, replace=False)
         texts = [pairs[i].query for i in idx]
-        width = max(len(docs[i]) for i in idx)
-        d = torch.zeros(args.batch, width, docs[0].shape[1])
-        dk = torch.zeros(args.batch, width, dtype=torch.bool)
-        for j, i in enumerate(idx):
-            d[j, : len(docs[i])] = torch.from_numpy(docs[i])
-            dk[j, : len(docs[i])] = True
+        d, dk = padded([docs[i] for i in idx])
         with torch.no_grad():
             rq, rk = query_vectors(base, raw, texts)
             teacher = maxsim_scores(OPS, rq, rk, d, dk)
+            if t_vecs is not None:
+                tq, tqk = padded([t_vecs[0][i] for i in idx])
+                td, tdk = padded([t_vecs[1][i] for i in idx])
+                external = maxsim_scores(OPS, tq, tqk, td, tdk)
         lr = args.lr * min(1.0, (step + 1) / 20) * 0.5 * (1 + np.cos(np.pi * step / args.steps))
         for g in opt.param_groups:
             g["lr"] = lr
@@ -162,13 +187,21 @@ def main() -> None:
         ce = F.cross_entropy(logits, torch.arange(args.batch))
         kl = F.kl_div(F.log_softmax(logits, -1), F.log_softmax(teacher / args.temperature, -1),
                       log_target=True, reduction="batchmean")
-        loss = ce + args.distill * kl
+        loss = args.infonce * ce + args.distill * kl
+        if t_vecs is not None:
+            tkl = F.kl_div(F.log_softmax(logits, -1), F.log_softmax(external / args.temperature, -1),
+                           log_target=True, reduction="batchmean")
+            loss = loss + args.teacher_weight * tkl
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         acc = (logits.argmax(-1) == torch.arange(args.batch)).float().mean().item()
         racc = (teacher.argmax(-1) == torch.arange(args.batch)).float().mean().item()
-        log.write(json.dumps({"step": step, "ce": ce.item(), "kl": kl.item(), "acc": acc, "raw_acc": racc, "lr": lr}) + "\n")
+        rec = {"step": step, "ce": ce.item(), "kl": kl.item(), "acc": acc, "raw_acc": racc, "lr": lr}
+        if t_vecs is not None:
+            rec["teacher_kl"] = tkl.item()
+            rec["teacher_acc"] = (external.argmax(-1) == torch.arange(args.batch)).float().mean().item()
+        log.write(json.dumps(rec) + "\n")
         if step % 20 == 0 or step == args.steps - 1:
             print(f"step {step}: ce {ce.item():.3f} kl {kl.item():.3f} acc {acc:.3f} (raw {racc:.3f}) "
                   f"{time.perf_counter() - t0:.0f} s", flush=True)
@@ -190,7 +223,8 @@ def main() -> None:
                        [lambda: raw, lambda: AdaptedEncoder(raw, qmodel)], modes, Config(),
                        labels=["raw", "query-adapted"])
     rows = summary_rows(results)
-    (out / "eval.json").write_text(json.dumps({"args": vars(args), "docs_s": t_docs, "train_s": t_train,
+    (out / "eval.json").write_text(json.dumps({"args": vars(args), "docs_s": t_docs, "teacher_s": t_docs_teacher,
+                                               "train_s": t_train,
                                                "rows": rows}, indent=1))
     md = markdown_table(rows)
     (out / "eval.md").write_text(md)
