@@ -1,5 +1,6 @@
 """Triton kernels: the training loss's MaxSim over every (query, document) pair of a batch, without
-the (n_q, q_len, n_d, d_len) similarity tensor (``torch_maxsim``, on by default on CUDA).
+the (n_q, q_len, n_d, d_len) similarity tensor (``torch_maxsim``: by default on CUDA for large
+batches).
 
 The loss's ``maxsim_scores`` einsums queries against chunks of 64 documents, masks, takes the max
 over document tokens and sums over query tokens. Compiled, that is a tf32 batched GEMM plus
@@ -7,8 +8,8 @@ reductions over a temporary that grows with n_q x n_d x d_len: ~1.7 ms of a ~42 
 192 on an H200 (twenty-fifth session's trace), and 4x that at batch 384, 3x again for batches
 whose widest document is 512 tokens (random rather than length-bucketed batches). Here:
 
-- forward: one program per (block of queries, document) holds the queries' tokens, streams the
-  document's tokens in tiles of BK up to its last real token, and keeps each query token's running
+- forward: one program per (block of queries, block of ``FWD_DOCS`` documents) holds the
+  queries' tokens, streams each document's tokens in tiles of BK up to its last real token, and keeps each query token's running
   max and its argmax; it writes the (query, document) score and the argmax (int32, n_q x n_d x
   q_len: 4.7 MB at batch 192), nothing of size d_len.
 - backward, from the argmax, one program per query and block of documents: dq[i, t] = inv[i]
@@ -32,8 +33,6 @@ import triton.language as tl
 
 from supergrep.backends.triton_launch import CachedKernel
 
-NEG = -1e4  # losses/maxsim.NEG: a masked similarity
-
 
 @triton.jit
 def maxsim_fwd_kernel(q_ptr, qm_ptr, d_ptr, dm_ptr, dend_ptr, inv_ptr, s_ptr, a_ptr, n_q, n_d, q_len, dim,
@@ -55,6 +54,8 @@ def maxsim_fwd_kernel(q_ptr, qm_ptr, d_ptr, dm_ptr, dend_ptr, inv_ptr, s_ptr, a_
     qv = tl.load(q_ptr + qi[:, None] * sq0 + t[:, None] * sq1 + cols[None, :], mask=valid[:, None] & cin[None, :],
                  other=0.0).to(tl.float32)
     qmv = (tl.load(qm_ptr + qi * sqm0 + t * sqm1, mask=valid, other=0) != 0) & valid
+    # -1e4 below: losses/maxsim.NEG, a masked similarity (a literal: Triton's interpreter rejects
+    # a constexpr global times a tensor)
     rows = pq * QB + tl.arange(0, QB)
     rin = rows < n_q
     inv = tl.load(inv_ptr + rows, mask=rin, other=0.0)
