@@ -62,6 +62,33 @@ def test_variant_language_and_grid(tiny_bert_workload):
     assert (cfg.compile_mode, cfg.pad_multiple) == ("reduce-overhead", 64)
 
 
+def test_maxsim_token_sets_the_switch_for_each_variant_step_and_restores_it(tiny_bert_workload, monkeypatch):
+    """``maxsim=kernels|einsum``: interleaved variants share torch_maxsim.ENABLED, so each step
+    of a variant runs with its own setting; the process's setting is back afterwards."""
+    from supergrep.backends import torch_maxsim
+    from supergrep.bench import train as bt
+
+    v = parse_variant("fp32+maxsim=einsum")
+    assert v.maxsim == "einsum" and variant_name(v) == "fp32+maxsim=einsum"
+    assert parse_variant(variant_name(v)) == replace(v, name=variant_name(v))
+    with pytest.raises(ValueError, match="unknown maxsim 'fast'"):
+        parse_variant("fp32+maxsim=fast")
+    seen: list[tuple[str, object]] = []
+    real_step = bt._Run._step
+
+    def step(self, b):
+        real_step(self, b)
+        seen.append((self.v.name, torch_maxsim.ENABLED))
+
+    monkeypatch.setattr(bt._Run, "_step", step)
+    monkeypatch.setattr(torch_maxsim, "ENABLED", "auto")
+    variants = [parse_variant(x) for x in ("fp32+maxsim=kernels", "fp32+maxsim=einsum", "fp32")]
+    run_train_bench(tiny_bert_workload, variants, steps=1, warmup=1, peak=PEAK, rounds=2)
+    want = {"fp32+maxsim=kernels": True, "fp32+maxsim=einsum": False, "fp32": "auto"}
+    assert len(seen) == 3 * (1 + 2) and all(state == want[name] for name, state in seen)
+    assert torch_maxsim.ENABLED == "auto"
+
+
 def test_pad_multiple_rounds_document_widths(tiny_bert_workload):
     pool = make_pool(tiny_bert_workload, 32, seed=1)
     for b in make_batches(pool, tiny_bert_workload, 8, "bucketed", packing=True, pad_multiple=16):

@@ -21,6 +21,8 @@ A variant is written as ``+``-joined tokens (``bf16+compile+packing``):
                               fewer distinct shapes for CUDA graphs and first-call costs
     res16                     varlen: the residual stream in the autocast dtype (train config residual_dtype: compute,
                               train's default; without the token a variant runs the float32 stream)
+    maxsim=M                  the loss's MaxSim on CUDA: auto (the default: Triton kernels where n_q x n_d x d_len
+                              >= 12M), kernels (always), einsum (never); torch_maxsim.ENABLED, set before each step
     static                    varlen: static_shapes (one shape per token-count bucket of pad=N, N a multiple
                               of 64: caps-wide batches, a fixed filler count), for cudagraphs
     ckpt                      gradient checkpointing
@@ -93,6 +95,7 @@ class Variant:
     pad_multiple: int = 8  # document and packed-row widths round up to this (token `pad=N`)
     static: bool = False  # token `static`: train config static_shapes
     res16: bool = False  # token `res16`: train config residual_dtype compute (varlen)
+    maxsim: str = "auto"  # token `maxsim=kernels|einsum`: the loss's MaxSim (torch_maxsim.ENABLED)
     ckpt: bool = False
     attn: str = "sdpa"
     batching: str = "bucketed"
@@ -138,6 +141,9 @@ def mlx_missing() -> str | None:
     return None
 
 
+MAXSIM_MODES = {"auto": "auto", "kernels": True, "einsum": False}  # token value -> torch_maxsim.ENABLED
+
+
 def parse_variant(text: str) -> Variant:
     """``bf16+compile+packing`` -> Variant.
 
@@ -174,6 +180,10 @@ def parse_variant(text: str) -> Variant:
             kw.update(compile=True, compile_mode="max-autotune-no-cudagraphs")
         elif tok.startswith("pad="):
             kw["pad_multiple"] = int(tok[4:])
+        elif tok.startswith("maxsim="):
+            if tok[7:] not in MAXSIM_MODES:
+                raise ValueError(f"unknown maxsim '{tok[7:]}' in '{text}': use one of {', '.join(MAXSIM_MODES)}")
+            kw["maxsim"] = tok[7:]
         elif tok in ("eager", "sdpa", "flex", "varlen"):
             kw["attn"] = tok
         elif tok in ("padmax", "random", "bucketed"):
@@ -247,6 +257,8 @@ def variant_name(v: Variant) -> str:
                               ("fp8d", v.fp8 and v.fp8_scaling == "delayed"), ("fp8k", v.fp8 and v.fp8_quantize == "kernel"), ("fp8g", v.fp8 and v.fp8_quantize == "gated"), ("static", v.static), ("res16", v.res16), ("ckpt", v.ckpt), ("packing", v.packing), ("sync", v.sync), ("peer", v.peer)) if on]
     if v.pad_multiple != 8:
         parts.append(f"pad={v.pad_multiple}")
+    if v.maxsim != "auto":
+        parts.append(f"maxsim={v.maxsim}")
     if v.attn != "sdpa":
         parts.append(v.attn)
     if v.batching != "bucketed":
@@ -436,6 +448,10 @@ class _Run:
         _sync(self.device, self.raw if self.mlx else None)
 
     def _step(self, b) -> None:
+        if not (self.mlx or self.v.peer):  # interleaved variants share the module's switch: set it each step
+            from supergrep.backends import torch_maxsim
+
+            torch_maxsim.ENABLED = MAXSIM_MODES[self.v.maxsim]
         loss, _ = self.trainer.train_step(b, LR)
         self.raw.append(float(loss) if self.v.sync else loss)  # naive: a host sync every step
 
@@ -515,7 +531,18 @@ def run_train_bench(wl: Workload, variants: list[Variant], steps: int = 20, warm
     device. ``on_row(partial_result)`` is called after each variant (the CLI writes its files
     then, so a run cut short keeps what it measured). ``rounds`` > 1: every variant is built and
     warmed first, all kept alive, then timed in ``rounds`` segments of ``steps`` steps each,
-    interleaved (``interleave_order``); a row's rate is over all its segments."""
+    interleaved (``interleave_order``); a row's rate is over all its segments. The variants'
+    ``maxsim`` switch is the process's again afterwards."""
+    from supergrep.backends import torch_maxsim
+
+    saved = torch_maxsim.ENABLED
+    try:
+        return _run_train_bench(wl, variants, steps, warmup, time_limit, peak, on_row, rounds)
+    finally:
+        torch_maxsim.ENABLED = saved
+
+
+def _run_train_bench(wl, variants, steps, warmup, time_limit, peak, on_row, rounds) -> dict:
     import torch
 
     if any(v.backend == "mlx" for v in variants) and mlx_missing():
