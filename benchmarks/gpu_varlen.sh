@@ -7,7 +7,8 @@
 #   (.gpu/minilm-fp16: `.venv/bin/python benchmarks/make_minilm_fp16.py .gpu/minilm-fp16`, 44 MiB)
 #
 # encode: `bench encode` of xtr-base and MiniLM, padded vs varlen vs varlen+compile (index-time
-# encoding); minilm: `bench train -w minilm`, joint packing vs varlen (BERT), batch 48 and 192.
+# encoding); minilm: `bench train -w minilm`, joint packing vs varlen (BERT), batch 48 and 192
+# (MWL=minilm-random MODEL=.gpu/tok: its shape with random weights, when the weights cannot travel).
 # Env: BS (192), STEPS (30), WARM (10), V (the bench variants), BROUNDS (bench --rounds), CAP_S per part; trace: TW, TV, TSTEPS,
 # AB (a trainer switch compared in one process, e.g. AB=stage_copies), ROUNDS, CURVE (warm-up timed in blocks);
 # etrace: ETM (encode_trace.py's modes, e.g. varlen+compile,varlen+compile+fp8), ESTREAM (--stream K:
@@ -105,7 +106,7 @@ for part in $parts; do
     done ;;
   minilm)
     MV=${MV:-bf16+compile+packing,bf16+compile+varlen+packing,bs=192+bf16+compile+packing,bs=192+bf16+compile+varlen+packing}
-    TORCH_LOGS=${TORCH_LOGS:-recompiles} timeout "${CAP_S:-480}" python3 -m supergrep bench train -w minilm --model-path $model \
+    TORCH_LOGS=${TORCH_LOGS:-recompiles} timeout "${CAP_S:-480}" python3 -m supergrep bench train -w "${MWL:-minilm}" --model-path $model \
       --variants "$MV" --steps "${STEPS:-30}" --warmup "${WARM:-10}" --out "$OUT/minilm" > "$OUT/minilm-log.txt" 2>&1
     echo "minilm rc=$?"; echo "recompiles: $(grep -c Recompiling "$OUT/minilm-log.txt")"
     grep -v "Warning\|warn(\|__recompiles" "$OUT/minilm-log.txt" | tail -10 ;;

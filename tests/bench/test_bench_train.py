@@ -478,3 +478,17 @@ def test_nodropout_variant_sets_model_dropout_zero(tiny_bert_workload):
     assert train_config(wl, parse_variant("bf16"), "cpu", 8).model_dropout == -1.0  # the model's own
     assert train_config(wl, parse_variant("mlx+nodropout"), "cpu", 8).model_dropout == 0.0  # MLX too
     assert [x.name for x in grid_variants(["precision=bf16"])] == ["naive", "bf16"]
+
+
+def test_minilm_random_has_the_default_models_shape(tmp_path):
+    """`minilm-random`: all-MiniLM-L6-v2's architecture with random weights (its speed on a machine
+    that cannot carry the weights), with the default model's tokenizer."""
+    from supergrep.encoder.spec import default_model_dir
+
+    wl = get_workload("minilm-random", tmp_path)
+    real = json.loads((default_model_dir() / "config.json").read_text())
+    got = json.loads((wl.model_dir / "config.json").read_text())
+    keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
+            "max_position_embeddings")
+    assert {k: got[k] for k in keys} == {k: real[k] for k in keys}
+    assert (wl.model_dir / "tokenizer.json").is_file() and wl.batch_size == get_workload("minilm", tmp_path).batch_size

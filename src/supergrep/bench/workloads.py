@@ -8,6 +8,9 @@
   read text with it (T5's sentencepiece model is not available offline).
 - ``minilm``: the default model (all-MiniLM-L6-v2, or ``--model-path``), same LoRA/projection/
   batch/query settings, documents up to its 512 positions.
+- ``minilm-random``: all-MiniLM-L6-v2's shape (BERT, 6 layers, 384 wide, 12 heads, FFN 1536,
+  vocab 30522), random init: its speed without its 45 MB of weights (the GPU machine's calls
+  carry at most 64 MiB with the tree; ``--model-path`` gives only the tokenizer).
 - ``xtr-tiny`` / ``minilm-tiny``: the same shapes at toy size, for tests.
 
 Document lengths: ``doc_lengths.json`` beside this file, a histogram of the token lengths of
@@ -133,7 +136,7 @@ def make_bert_encoder(path: Path, hidden: int = 32, layers: int = 2, heads: int 
 
 def get_workload(name: str, work_dir: Path, model_path: str | None = None, batch_size: int | None = None,
                  doc_cap: int | None = None) -> Workload:
-    """A named workload (xtr-base, minilm, xtr-tiny, minilm-tiny) or a model directory.
+    """A named workload (xtr-base, minilm, minilm-random, xtr-tiny, minilm-tiny) or a model directory.
 
     ``model_path`` is the model of ``minilm`` (default: the packaged one); the synthetic
     workloads take their tokenizer files from it (they never tokenise in the bench itself)."""
@@ -153,13 +156,17 @@ def get_workload(name: str, work_dir: Path, model_path: str | None = None, batch
         wl = Workload("minilm-tiny", make_bert_encoder(work_dir / "minilm-tiny", tokenizer_from=tok), batch_size=8,
                       query_len=8, doc_cap=96, lora_r=4, lora_alpha=8, projection_dim=16,
                       note="a 2-layer 32-wide BERT")
+    elif name == "minilm-random":
+        wl = Workload("minilm-random", make_bert_encoder(work_dir / "minilm-random", hidden=384, layers=6, heads=12,
+                                                         tokenizer_from=tok),
+                      note="all-MiniLM-L6-v2's shape (6 layers, 384 wide), random init")
     elif name == "minilm":
         wl = Workload("minilm", Path(model_path) if model_path else default_model_dir(),
                       note="all-MiniLM-L6-v2 (6 layers, 384 wide)")
     else:
         path = Path(model_path or name)
         if not path.is_dir():
-            raise UsageError(f"unknown workload '{name}': use xtr-base, minilm, xtr-tiny, minilm-tiny "
+            raise UsageError(f"unknown workload '{name}': use xtr-base, minilm, minilm-random, xtr-tiny, minilm-tiny "
                                     f"or a model directory")
         wl = Workload(path.name, path)
     if batch_size:

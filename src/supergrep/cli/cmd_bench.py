@@ -35,7 +35,7 @@ def _workload_options(f):
     f = click.option("--model-path", default=None, help="The model of the 'minilm' workload (default: the packaged one); "
                      "the synthetic workloads copy its tokenizer files.")(f)
     f = click.option("-w", "--workload", "workloads", multiple=True,
-                     help="xtr-base, minilm, xtr-tiny, minilm-tiny or a model directory (repeatable; default minilm).")(f)
+                     help="xtr-base, minilm, minilm-random (its shape, random init), xtr-tiny, minilm-tiny or a model directory (repeatable; default minilm).")(f)
     f = click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
                      help="Write <kind>-<workload>.json/.md/.png here.")(f)
     f = click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")(f)
