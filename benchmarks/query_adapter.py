@@ -34,6 +34,7 @@ from supergrep.encoder.encoder import Encoder, padded_batch
 from supergrep.encoder.spec import resolve_model
 from supergrep.evaluation.evaluate import markdown_table, run_eval, summary_rows
 from supergrep.evaluation.queries import load_queries
+from supergrep.train.distill import pad_vectors
 from supergrep.train.losses.maxsim import maxsim_scores  # the trainer's: mean over query tokens
 
 OPS = TorchOps(torch.device("cpu"))
@@ -61,17 +62,6 @@ def query_vectors(model, enc: Encoder, texts: list[str]) -> tuple[torch.Tensor, 
     input_ids, mask, keep = padded_batch(ids, "query", enc.spec.settings, enc.tokenizer)
     hidden = model(input_ids=torch.from_numpy(input_ids), attention_mask=torch.from_numpy(mask)).last_hidden_state
     return F.normalize(hidden.float(), dim=-1), torch.from_numpy(keep)
-
-
-def padded(vecs: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, L, dim) vectors and (B, L) mask from per-text token vectors of different lengths."""
-    width = max(len(v) for v in vecs)
-    out = torch.zeros(len(vecs), width, vecs[0].shape[1])
-    mask = torch.zeros(len(vecs), width, dtype=torch.bool)
-    for j, v in enumerate(vecs):
-        out[j, : len(v)] = torch.from_numpy(np.asarray(v, dtype=np.float32))
-        mask[j, : len(v)] = True
-    return out, mask
 
 
 class AdaptedEncoder(Encoder):
@@ -171,13 +161,13 @@ def main() -> None:
         else:
             idx = rng.choice(len(pairs), size=args.batch, replace=False)
         texts = [pairs[i].query for i in idx]
-        d, dk = padded([docs[i] for i in idx])
+        d, dk = pad_vectors([docs[i] for i in idx], torch, "cpu")
         with torch.no_grad():
             rq, rk = query_vectors(base, raw, texts)
             teacher = maxsim_scores(OPS, rq, rk, d, dk)
             if t_vecs is not None:
-                tq, tqk = padded([t_vecs[0][i] for i in idx])
-                td, tdk = padded([t_vecs[1][i] for i in idx])
+                tq, tqk = pad_vectors([t_vecs[0][i] for i in idx], torch, "cpu")
+                td, tdk = pad_vectors([t_vecs[1][i] for i in idx], torch, "cpu")
                 external = maxsim_scores(OPS, tq, tqk, td, tdk)
         lr = args.lr * min(1.0, (step + 1) / 20) * 0.5 * (1 + np.cos(np.pi * step / args.steps))
         for g in opt.param_groups:

@@ -42,7 +42,7 @@ def _fwd_fake(q, q_mask, d, d_mask, need_arg):
     n_d = d.shape[0]
     f32 = torch.float32
     return (q.new_empty((n_q, n_d), dtype=f32), q.new_empty((n_q, n_d, q_len) if need_arg else (0,), dtype=torch.int32),
-            q.new_empty((n_q,), dtype=f32), q.new_empty((n_d,), dtype=torch.int32))
+            q.new_empty((n_q,), dtype=f32))
 
 
 def _bwd_impl(g, q, q_mask, d, arg, inv):
@@ -56,7 +56,7 @@ def _bwd_fake(g, q, q_mask, d, arg, inv):
 
 
 _fwd = define_op("supergrep::maxsim_fwd", "(Tensor q, Tensor q_mask, Tensor d, Tensor d_mask, bool need_arg) -> "
-                 "(Tensor, Tensor, Tensor, Tensor)", _fwd_impl, _fwd_fake)
+                 "(Tensor, Tensor, Tensor)", _fwd_impl, _fwd_fake)
 _bwd = define_op("supergrep::maxsim_bwd", "(Tensor g, Tensor q, Tensor q_mask, Tensor d, Tensor arg, Tensor inv) "
                  "-> (Tensor, Tensor)", _bwd_impl, _bwd_fake)
 
@@ -65,7 +65,7 @@ class _FusedMaxSim(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, q_mask, d, d_mask):
         need = ctx.needs_input_grad[0] or ctx.needs_input_grad[2]  # else no argmax is kept (n_q x n_d x q_len)
-        scores, arg, inv, _ = _fwd(q, q_mask, d, d_mask, need)
+        scores, arg, inv = _fwd(q, q_mask, d, d_mask, need)
         ctx.save_for_backward(q, q_mask, d, arg, inv)
         return scores
 

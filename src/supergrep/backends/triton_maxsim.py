@@ -150,17 +150,17 @@ def _unit_rows(x: torch.Tensor) -> torch.Tensor:
 
 
 def forward(q: torch.Tensor, q_mask: torch.Tensor, d: torch.Tensor, d_mask: torch.Tensor, need_arg: bool = True
-            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(scores (n_q, n_d) float32, argmax (n_q, n_d, q_len) int32 (-1: no real document token;
     empty unless ``need_arg``: scoring without gradients, e.g. a teacher's, keeps no argmax),
-    inv (n_q,) float32 = 1 / the query's real tokens, dend (n_d,) int32 = one past each
-    document's last real token) for q (n_q, q_len, dim), d (n_d, d_len, dim) and their masks."""
+    inv (n_q,) float32 = 1 / the query's real tokens) for q (n_q, q_len, dim), d (n_d, d_len,
+    dim) and their masks."""
     q, d = _unit_rows(q), _unit_rows(d)
     n_q, q_len, dim = q.shape
     n_d, d_len, _ = d.shape
     qm, dm = _u8(q_mask), _u8(d_mask)
     inv = 1.0 / q_mask.sum(1, dtype=torch.float32)
-    pos = torch.arange(1, d_len + 1, device=d.device, dtype=torch.int32)
+    pos = torch.arange(1, d_len + 1, device=d.device, dtype=torch.int32)  # one past each document's last real token
     dend = (pos[None, :] * (d_mask != 0)).amax(1).to(torch.int32) if d_len else torch.zeros(n_d, dtype=torch.int32,
                                                                                               device=d.device)
     scores = torch.empty((n_q, n_d), device=q.device, dtype=torch.float32)
@@ -172,7 +172,7 @@ def forward(q: torch.Tensor, q_mask: torch.Tensor, d: torch.Tensor, d_mask: torc
             q.stride(0), q.stride(1), qm.stride(0), qm.stride(1), d.stride(0), d.stride(1), dm.stride(0), dm.stride(1),
             QB=qb, LQ=lq, BK=bk, BD=bd, JD=FWD_DOCS, PREC=_precision(q.dtype), STORE_ARG=need_arg,
             num_warps=8 if qb * lq >= 128 else 4)
-    return scores, arg, inv, dend
+    return scores, arg, inv
 
 
 def backward(g: torch.Tensor, q: torch.Tensor, q_mask: torch.Tensor, d: torch.Tensor, arg: torch.Tensor,
