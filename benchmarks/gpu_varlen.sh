@@ -14,6 +14,7 @@
 # etrace: ETM (encode_trace.py's modes, e.g. varlen+compile,varlen+compile+fp8), ESTREAM (--stream K:
 # K calls in one encode_ids, profiled for the GPU's idle gaps between calls).
 # quant: the float8 row quantiser kernel alone (benchmarks/fp8_quant_check.py; QCAP seconds);
+# maxsim: the loss's MaxSim alone (benchmarks/maxsim_check.py: kernels vs einsum, tiles swept; MREPS).
 # gelucode: the same script's gated GELU backward only, with Inductor's generated code logged.
 # attnbwd: the attention backward alone at training's batch-192 shape, dK/dV and dQ tiles swept apart.
 # fp8gemm: the float8 products alone (benchmarks/fp8_gemm.py); attnfwd: the attention forward alone
@@ -110,6 +111,8 @@ for part in $parts; do
       --variants "$MV" --steps "${STEPS:-30}" --warmup "${WARM:-10}" --out "$OUT/minilm" > "$OUT/minilm-log.txt" 2>&1
     echo "minilm rc=$?"; echo "recompiles: $(grep -c Recompiling "$OUT/minilm-log.txt")"
     grep -v "Warning\|warn(\|__recompiles" "$OUT/minilm-log.txt" | tail -10 ;;
+  maxsim)  # the loss's MaxSim alone: Triton kernels vs the compiled einsum, forward tiles swept
+    timeout "${CAP_S:-150}" python3 benchmarks/maxsim_check.py --reps "${MREPS:-10}" --out "$OUT/maxsim.json" 2>&1 | grep -v Warning | tee "$OUT/maxsim.txt" | tail -30 ;;
   trace)
     mkdir -p "$OUT/trace"
     # TW: workload; TSTEPS: profiled steps; AB: a trainer switch to compare (step_trace.py --ab)
