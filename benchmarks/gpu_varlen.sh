@@ -23,9 +23,9 @@
 # src with OLDSRC's (carry .gpu/site: tree_sitter + the Python grammar for py3.12, and OLDSRC).
 # PACK=1: everything under $OUT into one results.tgz at the end.
 # ICACHE=1: Inductor's and Triton's caches (compiled graphs, C++ wrappers, kernels) in one folder,
-# restored from .gpu/inductor-cache.tgz.* when carried and returned as $OUT/inductor-cache.tgz.*
-# (15 MiB parts): a fresh machine then skips most of a first compile (217 s with the C++ wrapper).
-# Next call: `mkdir -p .gpu && cp FILES_AT/inductor-cache.tgz.* .gpu/` and carry those paths.
+# restored from .gpu/inductor-cache.txz.* (or .tgz.*) when carried and returned as $OUT/inductor-cache.txz.*
+# (xz, 15 MiB parts; carry them with the ~24 MiB tree under the 64 MiB limit): a fresh machine then skips most of a first compile (217 s with the C++ wrapper).
+# Next call: `mkdir -p .gpu && rm -f .gpu/inductor-cache.* && cp FILES_AT/inductor-cache.txz.* .gpu/` and carry those paths.
 # inductor: `bench encode` of EW (xtr-base) in EM's modes, once per Inductor setting in IENVS
 # (space-separated; each a comma-separated list of TORCHINDUCTOR_* variables, "-" for the defaults),
 # one process each.
@@ -36,10 +36,14 @@ mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONFAULTHANDLER=1
 model=${MODEL:-.gpu/minilm-fp16}  # MODEL=.gpu/tok (tokenizer files only) for the synthetic workloads
 BS=${BS:-192}
+unxz_() { if command -v xz > /dev/null; then xz -dc; else python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.stdin.buffer), sys.stdout.buffer)"; fi; }
+xz_() { if command -v xz > /dev/null; then xz -T0 -6; else python3 -c "import lzma, shutil, sys; f = lzma.open(sys.stdout.buffer, 'w', preset=6); shutil.copyfileobj(sys.stdin.buffer, f); f.close()"; fi; }
 if [ -n "${ICACHE:-}" ]; then
   export TORCHINDUCTOR_CACHE_DIR=/tmp/sg-inductor-cache
   mkdir -p "$TORCHINDUCTOR_CACHE_DIR"
-  if ls .gpu/inductor-cache.tgz.* > /dev/null 2>&1; then
+  if ls .gpu/inductor-cache.txz.* > /dev/null 2>&1; then  # xz: ~2/3 of gzip's size, under the carry limit
+    cat .gpu/inductor-cache.txz.* | unxz_ | tar -xf - -C "$TORCHINDUCTOR_CACHE_DIR" && echo "inductor cache restored: $(du -sh "$TORCHINDUCTOR_CACHE_DIR" | cut -f1)"
+  elif ls .gpu/inductor-cache.tgz.* > /dev/null 2>&1; then
     cat .gpu/inductor-cache.tgz.* | tar -xzf - -C "$TORCHINDUCTOR_CACHE_DIR" && echo "inductor cache restored: $(du -sh "$TORCHINDUCTOR_CACHE_DIR" | cut -f1)"
   fi
 fi
@@ -108,7 +112,7 @@ for part in $parts; do
   minilm)
     MV=${MV:-bf16+compile+packing,bf16+compile+varlen+packing,bs=192+bf16+compile+packing,bs=192+bf16+compile+varlen+packing}
     TORCH_LOGS=${TORCH_LOGS:-recompiles} timeout "${CAP_S:-480}" python3 -m supergrep bench train -w "${MWL:-minilm}" --model-path $model \
-      --variants "$MV" --steps "${STEPS:-30}" --warmup "${WARM:-10}" --out "$OUT/minilm" > "$OUT/minilm-log.txt" 2>&1
+      --variants "$MV" --steps "${STEPS:-30}" --warmup "${WARM:-10}" --rounds "${BROUNDS:-1}" --time-limit $(( ${CAP_S:-480} - 45 )) --out "$OUT/minilm" > "$OUT/minilm-log.txt" 2>&1
     echo "minilm rc=$?"; echo "recompiles: $(grep -c Recompiling "$OUT/minilm-log.txt")"
     grep -v "Warning\|warn(\|__recompiles" "$OUT/minilm-log.txt" | tail -10 ;;
   maxsim)  # the loss's MaxSim alone: Triton kernels vs the compiled einsum, forward tiles swept
@@ -126,9 +130,9 @@ for part in $parts; do
 done
 ls -la "$OUT"
 if [ -n "${ICACHE:-}" ]; then  # parts under the 16 MiB a returned file may have; at most 4
-  tar -C "$TORCHINDUCTOR_CACHE_DIR" -czf /tmp/inductor-cache.tgz . && split -b 15M -d -a 1 /tmp/inductor-cache.tgz "$OUT/inductor-cache.tgz."
-  n=$(ls "$OUT"/inductor-cache.tgz.* | wc -l); echo "inductor cache: $(du -sh "$TORCHINDUCTOR_CACHE_DIR" | cut -f1), $n part(s) of 15 MiB"
-  if [ "$n" -gt 4 ]; then rm -f "$OUT"/inductor-cache.tgz.*; echo "inductor cache too large to return"; fi
+  tar -C "$TORCHINDUCTOR_CACHE_DIR" -cf - . | xz_ > /tmp/inductor-cache.txz && split -b 15M -d -a 1 /tmp/inductor-cache.txz "$OUT/inductor-cache.txz."
+  n=$(ls "$OUT"/inductor-cache.txz.* | wc -l); echo "inductor cache: $(du -sh "$TORCHINDUCTOR_CACHE_DIR" | cut -f1), $n part(s) of 15 MiB"
+  if [ "$n" -gt 4 ]; then rm -f "$OUT"/inductor-cache.txz.*; echo "inductor cache too large to return"; fi
 fi
 if [ -n "${PACK:-}" ]; then  # one archive: a call returns at most 8 files
   tar -C "$OUT" -czf /tmp/results.tgz . && find "$OUT" -mindepth 1 -delete && mv /tmp/results.tgz "$OUT/"

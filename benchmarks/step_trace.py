@@ -25,7 +25,9 @@ cpp_wrapper`` the compiled step functions between Inductor's C++ wrapper and its
 fast_launch`` our Triton kernels' cached launches against Triton's JIT dispatch, ``--ab bwd_tiles``
 the attention backward kernels' own tiles against the forward's shared ones, ``--ab
 residual_compute`` the residual stream in bf16 against float32 (train config ``residual_dtype``),
-``--ab fused_maxsim`` the loss's MaxSim as Triton kernels against the einsum path,
+``--ab fused_maxsim`` the loss's MaxSim as Triton kernels against the einsum path, ``--ab
+scatter_rows`` the padded layout built by a scatter (``torch_train.padded_rows``) against a gather,
+``--ab stage`` the step's host side (``TorchTrainer.stage``) in a prefetch thread against in the step,
 ``--ab gated_fwd`` the gated activation with wo's float8 input as one Triton op against Inductor's
 fused form (``torch_t5_varlen.GATED_FORWARD_KERNEL``). Example (a boolean attribute of the trainer; ``stage_copies`` was one, measured and removed):
 
@@ -126,8 +128,9 @@ def profile_steps(tr, timed, bs: int, cuda: bool, top: int, label: str):
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []),
                  record_shapes=True) as prof:
+        fed = feed(tr, timed)
         t0 = time.perf_counter()
-        for b in timed:
+        for b in fed:
             tr.train_step(b, 1e-3)
         sync()
         wall_ms = (time.perf_counter() - t0) * 1000 / len(timed)
@@ -191,7 +194,7 @@ def warm_curve(tr, batches, sync, block: int, cuda: bool) -> list[dict]:
 
     rows = []
     t0, start = time.perf_counter(), 0
-    for i, b in enumerate(batches, 1):
+    for i, b in enumerate(feed(tr, batches), 1):
         tr.train_step(b, 1e-3)
         if block and (i % block == 0 or i == len(batches)):
             sync()
@@ -269,6 +272,12 @@ def set_state(tr, attr: str, state: bool) -> None:
         from supergrep.backends import torch_maxsim
 
         torch_maxsim.ENABLED = state
+    elif attr == "stage":  # batches staged ahead in a thread (TorchTrainer.stage) or prepared in the step
+        tr.sg_stage = state
+    elif attr == "scatter_rows":  # the padded layout as a scatter (backward: a gather) or as a gather (recompiles once per state)
+        from supergrep.backends import torch_train
+
+        torch_train.SCATTER_ROWS = state
     elif attr == "residual_compute":  # varlen: the residual stream in the autocast dtype (recompiles once per state)
         tr.residual_compute = state and tr.amp_dtype is not None
     elif attr == "bwd_tiles":  # the attention backward kernels' own tiles (t5_attention._BWD_BLOCKS) or the shared ones
@@ -291,9 +300,21 @@ def set_state(tr, attr: str, state: bool) -> None:
         setattr(tr, attr, state)
 
 
+def feed(tr, batches: list):
+    """The batches as `train`'s loop gives them: staged ahead by ``TorchTrainer.stage`` in a
+    background thread (``tr.sg_stage``: the variant's, token ``nostage`` off; ``--ab stage``)."""
+    if not getattr(tr, "sg_stage", False):
+        return batches
+    from supergrep.train.data import Prefetcher
+
+    return Prefetcher(((0, i, None) for i in range(len(batches))), lambda _r, _e, i: tr.stage(batches[i]), 4)
+
+
 def timed_ms(tr, batches, sync) -> float:
+    batches = list(batches)
+    fed = feed(tr, batches)
     t0 = time.perf_counter()
-    for b in batches:
+    for b in fed:
         tr.train_step(b, 1e-3)
     sync()
     return (time.perf_counter() - t0) * 1000 / len(batches)
@@ -335,6 +356,7 @@ def main() -> None:
         pool = make_pool(wl, bs * (args.warmup + n_timed), 0)
         batches = make_batches(pool, wl, bs, v.batching, v.packing, 0, v.pad_multiple)
         tr = build_trainer(wl, v, args.device, bs)
+        tr.sg_stage = v.stage and hasattr(tr, "stage")  # as bench train feeds it
         cuda = args.device.startswith("cuda")
         sync = torch.cuda.synchronize if cuda else (lambda: None)
         t0 = time.perf_counter()

@@ -67,7 +67,7 @@ q, qm, d, dm, g = case(6, 32, 10, 70, 128, seed=3)
 s0, dq0, dd0 = run(lambda *a: maxsim_scores(Plain(), *a), q, qm, d, dm, g)
 s1, dq1, dd1 = run(torch_maxsim.maxsim, q, qm, d, dm, g)
 out["docs3"] = [torch.allclose(s0, s1, atol=1e-5), torch.allclose(dq0, dq1, atol=1e-5), torch.allclose(dd0, dd1, atol=1e-5)]
-triton_maxsim.FWD_ROWS, triton_maxsim.FWD_DOCS = 0, 1
+triton_maxsim.FWD_ROWS, triton_maxsim.FWD_DOCS = 0, 0
 # scores without gradients (a teacher's): the same, and no argmax kept
 q, qm, d, dm, g = case(5, 32, 7, 30, 64, seed=5)
 with torch.no_grad():
@@ -143,3 +143,18 @@ def test_fused_maxsim_stays_off_where_it_does_not_apply(monkeypatch):
     assert TorchOps().fused_maxsim(q, qm, d, dm) is chosen
 
 
+
+
+@needs_triton
+def test_forward_tiles_follow_the_measured_batches(monkeypatch):
+    """The forward's rows and documents a program: chosen by the batch as measured on the H200
+    (64 rows / 1 document for batch 192's bucketed loss, 128 rows / 4 documents at batch 384 and
+    for wide documents); FWD_ROWS / FWD_DOCS override both."""
+    from supergrep.backends import triton_maxsim as tm
+
+    assert (tm._fwd_rows(192, 192), tm._fwd_docs(192, 192, 176)) == (64, 1)
+    assert (tm._fwd_rows(192, 192), tm._fwd_docs(192, 192, 512)) == (64, 4)
+    assert (tm._fwd_rows(384, 384), tm._fwd_docs(384, 384, 176)) == (128, 4)
+    monkeypatch.setattr(tm, "FWD_DOCS", 2)
+    monkeypatch.setattr(tm, "FWD_ROWS", 32)
+    assert (tm._fwd_rows(384, 384), tm._fwd_docs(384, 384, 176)) == (32, 2)

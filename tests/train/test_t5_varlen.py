@@ -588,3 +588,33 @@ def test_gated_forward_kernel_feeds_wo_the_activations_float8_rows_with_the_same
     for n, g in results[0][1].items():
         assert g.abs().max() > 0, n
         torch.testing.assert_close(results[1][1][n], g, atol=1e-6, rtol=1e-3, msg=n)
+
+
+@pytest.mark.parametrize("case", ["t5-varlen", "t5-varlen-static", "bert-rows", "plain"])
+def test_staged_batches_train_exactly_like_unstaged_ones(case, tiny_t5, tiny_model, pairs_file, tmp_path):
+    """TorchTrainer.stage (the step's host side, run ahead in the loop's prefetch thread) changes
+    where the layout is built, not what the step computes: the same losses and weights after two
+    steps, and a staged step builds no layout of its own."""
+    from test_trainer import cfg_for, trainer_and_batch
+
+    from supergrep.train.data import pack_documents
+
+    kw = {"t5-varlen": dict(packing=True, attn_implementation="varlen"),
+          "t5-varlen-static": dict(packing=True, attn_implementation="varlen", pad_multiple=256, static_shapes=True),
+          "bert-rows": dict(packing=True), "plain": {}}[case]
+    model = tiny_model if case.startswith(("bert", "plain")) else tiny_t5
+    runs = []
+    for staged in (False, True):
+        trainer, batch = trainer_and_batch(cfg_for(model, pairs_file, tmp_path, document_max_tokens=96, **kw))
+        if kw.get("packing"):
+            batch.packed = pack_documents(batch.d_ids, batch.d_mask, 96, 0)
+        trainer.model.eval()
+        if staged:
+            batch = trainer.stage(batch)
+            assert batch.staged is not None and (batch.staged[1] is not None) == bool(kw.get("packing"))
+            trainer._joint_host = trainer._static_batch = None  # a staged step must not rebuild anything
+        losses = [float(trainer.train_step(batch, 5e-3)[0]) for _ in range(2)]
+        runs.append((losses, {n: p.detach().clone() for n, p in trainer.params.items()}))
+    assert runs[1][0] == pytest.approx(runs[0][0], rel=1e-6)
+    for n, p in runs[0][1].items():
+        torch.testing.assert_close(runs[1][1][n], p, rtol=1e-5, atol=1e-7, msg=n)

@@ -57,6 +57,33 @@ VARLEN_BERT_TYPES = ("bert", "roberta", "xlm-roberta")
 LossFn = Callable[[Any, Any, Any, Any, Any], tuple[Any, Any]]
 
 
+# padded_rows: the padded layout built by a scatter whose backward is a gather (False: by a
+# gather, whose backward scatter-adds atomically; step_trace.py --ab scatter_rows compares them)
+SCATTER_ROWS = True
+
+
+def padded_rows(flat: torch.Tensor, gather: torch.Tensor) -> torch.Tensor:
+    """Unit vectors of ``flat`` (N, dim) in the padded layout ``gather`` (..., width) gives, index N
+    (one past the end) meaning padding: a zero vector. Equals ``normalize(cat(flat, 0)[gather])``.
+
+    Why a scatter: ``flat[gather]``'s backward scatter-adds every padded position's gradient with
+    atomic adds, and every padding position adds into the same row N. At batch 384 (queries
+    widened to the documents' 512) that one kernel took 1.58 ms of a 79 ms step on an H200. Here
+    each flat row is stored at its one padded position (``pos``), so the backward is a gather and
+    no atomics remain. Rows nothing gathers (fillers) go to one spare row past the end.
+    """
+    vec = nn.functional.normalize(flat, p=2, dim=-1)  # N rows, not the padded layout's n x width
+    dim = vec.shape[-1]
+    if not SCATTER_ROWS:
+        return torch.cat([vec, vec.new_zeros(1, dim)])[gather]
+    size = gather.numel()
+    # each flat row's padded position; padding entries all write row N (dropped), fillers keep `size`
+    pos = torch.full((vec.shape[0] + 1,), size, dtype=torch.long, device=vec.device)
+    pos = pos.index_put((gather.reshape(-1),), torch.arange(size, device=vec.device))[:-1]
+    out = vec.new_zeros(size + 1, dim).index_put((pos,), vec)
+    return out[:size].view(*gather.shape, dim)
+
+
 def is_oom(exc: BaseException) -> bool:
     oom_types = tuple(t for t in (getattr(torch, "OutOfMemoryError", None),
                                   getattr(torch.cuda, "OutOfMemoryError", None)) if t is not None)
@@ -327,9 +354,7 @@ class TorchTrainer:
                             enabled=self.amp_dtype is not None):
             hidden = self.model(input_ids=ids, attention_mask=mask, **extra).last_hidden_state  # (rows, T, H)
             vecs = self.proj(hidden)  # (rows, T, dim)
-        flat = vecs.float().reshape(-1, vecs.shape[-1])
-        flat = torch.cat([flat, flat.new_zeros(1, flat.shape[-1])])  # the padding slot
-        return nn.functional.normalize(flat[gather], p=2, dim=-1)  # (n_d, d_len, dim) as encode() gives
+        return padded_rows(vecs.float().reshape(-1, vecs.shape[-1]), gather)  # (n_d, d_len, dim) as encode() gives
 
     def _encode_flex_eager(self, ids, seg, block_mask, gather) -> torch.Tensor:
         from supergrep.backends.torch_t5_flex import packed_forward
@@ -337,9 +362,7 @@ class TorchTrainer:
         with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
                             enabled=self.amp_dtype is not None):
             vecs = self.proj(packed_forward(self.model, ids, seg, block_mask))  # (rows, T, dim)
-        flat = vecs.float().reshape(-1, vecs.shape[-1])
-        flat = torch.cat([flat, flat.new_zeros(1, flat.shape[-1])])  # the padding slot
-        return nn.functional.normalize(flat[gather], p=2, dim=-1)
+        return padded_rows(vecs.float().reshape(-1, vecs.shape[-1]), gather)
 
     def _encode_varlen_eager(self, ids, cu, gather, max_len: int, pos) -> torch.Tensor:
         from supergrep.backends.torch_t5_varlen import bert_varlen_forward, varlen_forward
@@ -352,9 +375,7 @@ class TorchTrainer:
             else:
                 hidden = bert_varlen_forward(self.model, ids, pos, cu, max_len, self._pack_offset, residual_dtype=res)
             vecs = self.proj(hidden)  # (N, dim)
-        flat = vecs.float()
-        flat = torch.cat([flat, flat.new_zeros(1, flat.shape[-1])])  # the padding slot
-        return nn.functional.normalize(flat[gather], p=2, dim=-1)
+        return padded_rows(vecs.float(), gather)
 
     def _encode_flex(self, packed) -> torch.Tensor:
         """Vectors (n, width, dim) of packed rows through FlexAttention (``torch_t5_flex``; on a
@@ -381,26 +402,62 @@ class TorchTrainer:
             return self._encode_flex(packed)
         return self._encode_packed_impl(*packed)
 
-    def joint_packed_to_device(self, batch: Batch):
-        """Queries and documents packed into one set of rows: one encoder pass per step instead
-        of two, so half the kernel launches of a launch-bound step (docs/performance.md)."""
-        if not self._packs(batch):
-            return None
+    def _joint_host(self, batch: Batch) -> tuple:
+        """The joint layout's host arrays: ("varlen", ids, cu, gather, bound, pos) or (ids, seg,
+        pos, gather) of packed rows. Host work only (``stage`` runs it in the prefetch thread)."""
         if self._varlen:  # no rows at all: every token end to end (torch_t5_varlen.py)
             from supergrep.backends.packing import flatten_queries_and_documents
 
             static = self.cfg.static_shapes
             f = flatten_queries_and_documents(batch.q_ids, batch.q_mask, batch.d_ids, batch.d_mask,
                                               self.cfg.pad_multiple, self.cfg.pad_multiple // 64 if static else 0)
-            ids, cu, gather, pos = self._move(f.ids, f.cu, f.gather, f.pos)
             # the kernels' grid only needs an upper bound: a multiple of 64 keeps compiled shapes few
             bound = max(f.max_len, self._static_len) if static else f.max_len
-            return ("varlen", ids, cu, gather, -(-bound // 64) * 64, pos)
+            return ("varlen", f.ids, f.cu, f.gather, -(-bound // 64) * 64, f.pos)
         from supergrep.backends.packing import pack_queries_and_documents
 
         p = pack_queries_and_documents(batch.q_ids, batch.q_mask, batch.d_ids, batch.d_mask,
                                        self.cfg.document_max_tokens, self._pad_id, self.cfg.pad_multiple)
-        return self._move(p.ids, p.seg, p.pos, p.gather)
+        return (p.ids, p.seg, p.pos, p.gather)
+
+    def _joint_to_device(self, host: tuple, staged: bool = False) -> tuple:
+        move = self._move_staged if staged else self._move
+        if isinstance(host[0], str):  # ("varlen", ...)
+            ids, cu, gather, pos = move(*host[1:4], host[5])
+            return ("varlen", ids, cu, gather, host[4], pos)
+        return move(*host)
+
+    def joint_packed_to_device(self, batch: Batch):
+        """Queries and documents packed into one set of rows: one encoder pass per step instead
+        of two, so half the kernel launches of a launch-bound step (docs/performance.md)."""
+        if not self._packs(batch):
+            return None
+        return self._joint_to_device(self._joint_host(batch))
+
+    def stage(self, batch: Batch) -> Batch:
+        """The batch's host side of ``train_step`` done ahead, in the training loop's prefetch thread
+        (``Batch.staged``): static cropping, the joint layout (the varlen flattening: 7-12 ms a
+        batch of 384 on a 2-core EPYC), and on CUDA the copies into pinned memory. Without it the
+        step's host does this work while the GPU waits: MiniLM at batch 384 on an H200 idled 8.1
+        of 42.7 ms a step, most of it in ``sg::to_device`` (benchmarks/results/, docs/performance.md #48).
+        Thread-safe: reads the trainer's configuration only, touches no device."""
+        if self.cfg.static_shapes and self._varlen:
+            batch = self._static_batch(batch)
+        joint = None
+        if getattr(batch, "packed", None) is not None and self._pack_offset is not None and self.cfg.grad_accum_steps == 1:
+            joint = self._joint_host(batch)
+        pin = self.device.type == "cuda"
+
+        def host(a):
+            t = torch.from_numpy(a) if isinstance(a, np.ndarray) else a
+            return t.pin_memory() if pin and isinstance(t, torch.Tensor) else t
+
+        # pinned memory for the trainer's device (a worker thread's current device is 0 otherwise)
+        with torch.cuda.device(self.device) if pin else contextlib.nullcontext():
+            plain = tuple(host(a) for a in (batch.q_ids, batch.q_mask, batch.d_ids, batch.d_mask))
+            listwise = host(batch.t_scores) if batch.t_scores is not None else None
+            joint = tuple(host(a) for a in joint) if joint else None
+        return replace(batch, staged=(plain, joint, listwise))
 
     @torch.no_grad()
     def _teacher_vectors(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -448,7 +505,13 @@ class TorchTrainer:
             out.append((t.pin_memory() if pin else t).to(self.device, non_blocking=pin))
         return tuple(out)
 
+    def _move_staged(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``stage``'s host tensors (pinned on CUDA) on the device."""
+        return tuple(t.to(self.device, non_blocking=self.device.type == "cuda") for t in tensors)
+
     def _to_device(self, batch: Batch):
+        if getattr(batch, "staged", None) is not None:
+            return self._move_staged(*batch.staged[0])
         return self._move(batch.q_ids, batch.q_mask, batch.d_ids, batch.d_mask)
 
     def _packs(self, batch: Batch) -> bool:
@@ -560,7 +623,8 @@ class TorchTrainer:
 
     def train_step(self, batch: Batch, lr: float) -> tuple[torch.Tensor, torch.Tensor]:
         """One optimizer step on ``batch``; returns (loss, in-batch accuracy) on the device."""
-        if self.cfg.static_shapes and self._varlen:
+        staged = getattr(batch, "staged", None)  # the host side done ahead (``stage``)
+        if self.cfg.static_shapes and self._varlen and staged is None:
             batch = self._static_batch(batch)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -568,8 +632,12 @@ class TorchTrainer:
             torch.compiler.cudagraph_mark_step_begin()
         with torch.profiler.record_function("sg::to_device"):  # labels for step_trace.py's gaps
             tensors = self._to_device(batch)
-            joint = self.joint_packed_to_device(batch)  # packed steps run queries and documents together
-            listwise = self._move(batch.t_scores)[0] if batch.t_scores is not None else None
+            if staged is not None:
+                joint = self._joint_to_device(staged[1], True) if staged[1] and self._packs(batch) else None
+                listwise = self._move_staged(staged[2])[0] if staged[2] is not None else None
+            else:
+                joint = self.joint_packed_to_device(batch)  # packed steps run queries and documents together
+                listwise = self._move(batch.t_scores)[0] if batch.t_scores is not None else None
         while True:
             try:
                 if self.cached:

@@ -8,7 +8,7 @@ reductions over a temporary that grows with n_q x n_d x d_len: ~1.7 ms of a ~42 
 192 on an H200 (twenty-fifth session's trace), and 4x that at batch 384, 3x again for batches
 whose widest document is 512 tokens (random rather than length-bucketed batches). Here:
 
-- forward: one program per (block of queries, block of ``FWD_DOCS`` documents) holds the
+- forward: one program per (block of queries, block of 1 or 4 documents, ``_fwd_docs``) holds the
   queries' tokens, streams each document's tokens in tiles of BK up to its last real token, and keeps each query token's running
   max and its argmax; it writes the (query, document) score and the argmax (int32, n_q x n_d x
   q_len: 4.7 MB at batch 192), nothing of size d_len.
@@ -118,7 +118,7 @@ def maxsim_bwd_kernel(g_ptr, q_ptr, qm_ptr, d_ptr, a_ptr, inv_ptr, dq_ptr, dd_pt
 
 _FWD, _BWD = map(CachedKernel, (maxsim_fwd_kernel, maxsim_bwd_kernel))  # triton_launch.py
 FWD_ROWS = 0  # query-token rows a forward program holds; 0: by the batch (benchmarks/maxsim_check.py sweeps it)
-FWD_DOCS = 1  # documents a forward program scores (its queries loaded once); 1 as measured, 4 swept next
+FWD_DOCS = 0  # documents a forward program scores (its queries loaded once); 0: by the work (_fwd_docs)
 
 
 def _fwd_rows(n_q: int, n_d: int) -> int:
@@ -126,6 +126,14 @@ def _fwd_rows(n_q: int, n_d: int) -> int:
     against more programs (H200: 64 faster at 192 x 192, 1.68 vs 1.83 ms; 128 at 384 x 384,
     2.45-2.89 vs 3.28-3.92 ms)."""
     return FWD_ROWS or (128 if n_q * n_d >= 1 << 17 else 64)
+
+
+def _fwd_docs(n_q: int, n_d: int, d_len: int) -> int:
+    """4 documents a program from n_q x n_d x d_len = 12M (the trainer's threshold for the kernels),
+    else 1 (H200, benchmarks/maxsim_check.py, the loss forward + backward: 4 documents 2.13 vs 2.43
+    ms at 384 x 384 x 176, 2.59 vs 2.88 at 384 x 384 x 512, 1.44 vs 1.76 at 192 x 192 x 512;
+    1 document 1.89 vs 2.08 at 192 x 192 x 176)."""
+    return FWD_DOCS or (4 if n_q * n_d * d_len >= 12_000_000 else 1)
 
 
 def _blocks(q_len: int, dim: int, rows: int = 64) -> tuple[int, int, int, int]:
@@ -167,10 +175,11 @@ def forward(q: torch.Tensor, q_mask: torch.Tensor, d: torch.Tensor, d_mask: torc
     arg = torch.empty((n_q, n_d, q_len) if need_arg else (0,), device=q.device, dtype=torch.int32)
     if n_q and n_d:
         qb, lq, bk, bd = _blocks(q_len, dim, _fwd_rows(n_q, n_d))
-        _FWD[(triton.cdiv(n_q, qb), triton.cdiv(n_d, FWD_DOCS))](
+        jd = _fwd_docs(n_q, n_d, d_len)
+        _FWD[(triton.cdiv(n_q, qb), triton.cdiv(n_d, jd))](
             q, qm, d, dm, dend, inv, scores, arg, n_q, n_d, q_len, dim,
             q.stride(0), q.stride(1), qm.stride(0), qm.stride(1), d.stride(0), d.stride(1), dm.stride(0), dm.stride(1),
-            QB=qb, LQ=lq, BK=bk, BD=bd, JD=FWD_DOCS, PREC=_precision(q.dtype), STORE_ARG=need_arg,
+            QB=qb, LQ=lq, BK=bk, BD=bd, JD=jd, PREC=_precision(q.dtype), STORE_ARG=need_arg,
             num_warps=8 if qb * lq >= 128 else 4)
     return scores, arg, inv
 

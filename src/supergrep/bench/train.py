@@ -21,6 +21,9 @@ A variant is written as ``+``-joined tokens (``bf16+compile+packing``):
                               fewer distinct shapes for CUDA graphs and first-call costs
     res16                     varlen: the residual stream in the autocast dtype (train config residual_dtype: compute,
                               train's default; without the token a variant runs the float32 stream)
+    nostage                   the step's host side (the varlen flattening, pinned copies) in the step itself, as
+                              before the twenty-seventh session; by default a prefetch thread runs it
+                              (``TorchTrainer.stage``) as `train`'s loop does (not for naive, ``sync``)
     maxsim=M                  the loss's MaxSim on CUDA: auto (the default: Triton kernels where n_q x n_d x d_len
                               >= 12M), kernels (always), einsum (never); torch_maxsim.ENABLED, set before each step
     static                    varlen: static_shapes (one shape per token-count bucket of pad=N, N a multiple
@@ -96,6 +99,7 @@ class Variant:
     static: bool = False  # token `static`: train config static_shapes
     res16: bool = False  # token `res16`: train config residual_dtype compute (varlen)
     maxsim: str = "auto"  # token `maxsim=kernels|einsum`: the loss's MaxSim (torch_maxsim.ENABLED)
+    stage: bool = True  # token `nostage`: the step's host side in the step, not in a prefetch thread
     ckpt: bool = False
     attn: str = "sdpa"
     batching: str = "bucketed"
@@ -168,6 +172,8 @@ def parse_variant(text: str) -> Variant:
             kw["tf32"] = False
         elif tok == "nodropout":
             kw["dropout"] = False
+        elif tok == "nostage":
+            kw["stage"] = False
         elif tok == "fp8":
             kw["fp8"] = True
         elif tok == "fp8d":
@@ -252,7 +258,7 @@ def grid_variants(axes: list[str]) -> list[Variant]:
 def variant_name(v: Variant) -> str:
     parts = ["mlx", v.precision] if v.backend == "mlx" else [v.precision]
     parts += [t for t, on in (("compile", v.compile), ("cudagraphs", v.compile_mode == "reduce-overhead"), ("cppwrap", v.compile_mode == "cpp-wrapper"),
-                              ("autotune", v.compile_mode == "max-autotune-no-cudagraphs"), ("notf32", not v.tf32), ("nodropout", not v.dropout),
+                              ("autotune", v.compile_mode == "max-autotune-no-cudagraphs"), ("notf32", not v.tf32), ("nodropout", not v.dropout), ("nostage", not v.stage),
                               ("fp8", v.fp8 and v.fp8_scaling == "row" and v.fp8_quantize == "compiled"),
                               ("fp8d", v.fp8 and v.fp8_scaling == "delayed"), ("fp8k", v.fp8 and v.fp8_quantize == "kernel"), ("fp8g", v.fp8 and v.fp8_quantize == "gated"), ("static", v.static), ("res16", v.res16), ("ckpt", v.ckpt), ("packing", v.packing), ("sync", v.sync), ("peer", v.peer)) if on]
     if v.pad_multiple != 8:
@@ -442,8 +448,18 @@ class _Run:
         self.peak_bytes = 0
         self._sample = 0
 
+    def _feed(self, batches: list):
+        """The batches as the step gets them: staged ahead in a background thread (``train``'s
+        prefetch thread runs ``TorchTrainer.stage``), or as they are (MLX, the peer, naive, nostage)."""
+        stage = getattr(self.trainer, "stage", None)
+        if stage is None or not self.v.stage or self.v.sync or self.v.peer or self.mlx:
+            return batches
+        from supergrep.train.data import Prefetcher
+
+        return Prefetcher(((0, i, None) for i in range(len(batches))), lambda _r, _e, i: stage(batches[i]), 4)
+
     def warm(self) -> None:
-        for b in self.batches[: self.warmup]:
+        for b in self._feed(self.batches[: self.warmup]):
             self._step(b)
         _sync(self.device, self.raw if self.mlx else None)
 
@@ -464,8 +480,9 @@ class _Run:
             import torch
 
             torch.cuda.reset_peak_memory_stats(self.device)  # no empty_cache: the pool stays warm
+        feed = self._feed(self.batches[self.warmup:])  # its thread starts ahead, as the loop's runs ahead
         t = time.perf_counter()
-        for b in self.batches[self.warmup:]:
+        for b in feed:
             self._step(b)
             self._sample += 1
             self.memory.sample(self._sample)

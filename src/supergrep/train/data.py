@@ -20,6 +20,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -174,6 +175,8 @@ class Batch:
         packed: The documents packed into rows (``packing: true``), else None.
         t_scores: (batch, 1 + n_negatives) precomputed teacher scores of each row's own
             documents, when the data has them and negatives are used, else None.
+        staged: The trainer's host side of a step done ahead (``TorchTrainer.stage``, in the
+            prefetch thread): host tensors, pinned on CUDA; None until then.
     """
 
     q_ids: np.ndarray
@@ -184,6 +187,7 @@ class Batch:
     index: int
     packed: Packed | None = None
     t_scores: np.ndarray | None = None
+    staged: Any = None
 
     @property
     def n_tokens(self) -> int:

@@ -337,14 +337,16 @@ def _run(cfg: TrainConfig, resume: bool | str | Path, show_progress: bool, on_ev
 
     pack_to = cfg.document_max_tokens if cfg.packing else 0
 
+    stage = getattr(trainer, "stage", lambda b: b)  # torch: the step's host side, here in the prefetch thread
+
     def make(rows: np.ndarray, e: int, i: int) -> Batch:
         if coll is None:
-            return collate(train_cache, rows, tokenizer, q_expand, cfg.hard_negatives, cfg.pad_multiple, e, i,
-                           pack_to=pack_to)
+            return stage(collate(train_cache, rows, tokenizer, q_expand, cfg.hard_negatives, cfg.pad_multiple, e, i,
+                                 pack_to=pack_to))
         widths = _batch_widths(train_cache, rows, cfg.hard_negatives, cfg.pad_multiple, q_expand)
         mine = shard_rows(rows, world.rank, world.size, cfg.grad_accum_steps)
-        return collate(train_cache, mine, tokenizer, q_expand, cfg.hard_negatives, cfg.pad_multiple, e, i,
-                       widths=widths, pack_to=pack_to)
+        return stage(collate(train_cache, mine, tokenizer, q_expand, cfg.hard_negatives, cfg.pad_multiple, e, i,
+                             widths=widths, pack_to=pack_to))
 
     val_batches: list[Batch] = []
     if val_cache is not None:
