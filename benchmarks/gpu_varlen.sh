@@ -129,7 +129,7 @@ for part in $parts; do
   echo "== $part: $(( $(date +%s) - s )) s"
 done
 ls -la "$OUT"
-if [ -n "${ICACHE:-}" ]; then  # parts under the 16 MiB a returned file may have; at most 4
+if [ -n "${ICACHE:-}" ] && [ -z "${ICACHE_KEEP:-}" ]; then  # (ICACHE_KEEP=1: another run follows in this call) parts under the 16 MiB a returned file may have; at most 4
   tar -C "$TORCHINDUCTOR_CACHE_DIR" -cf - . | xz_ > /tmp/inductor-cache.txz && split -b 15M -d -a 1 /tmp/inductor-cache.txz "$OUT/inductor-cache.txz."
   n=$(ls "$OUT"/inductor-cache.txz.* | wc -l); echo "inductor cache: $(du -sh "$TORCHINDUCTOR_CACHE_DIR" | cut -f1), $n part(s) of 15 MiB"
   if [ "$n" -gt 4 ]; then rm -f "$OUT"/inductor-cache.txz.*; echo "inductor cache too large to return"; fi
