@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -57,9 +58,12 @@ VARLEN_BERT_TYPES = ("bert", "roberta", "xlm-roberta")
 LossFn = Callable[[Any, Any, Any, Any, Any], tuple[Any, Any]]
 
 
-# padded_rows: the padded layout built by a scatter whose backward is a gather (False: by a
-# gather, whose backward scatter-adds atomically; step_trace.py --ab scatter_rows compares them)
-SCATTER_ROWS = True
+# padded_rows: the padded layout built by a scatter whose backward is a gather (True), or by a
+# gather whose backward scatter-adds atomically (False, the default: on the H200 the scatter form's
+# backward graph failed to build under Inductor's C++ wrapper, an undeclared `int_array` in the
+# generated code, twenty-seventh session; unmeasured in the step). SUPERGREP_SCATTER_ROWS=1 opts
+# in; step_trace.py --ab scatter_rows compares the two.
+SCATTER_ROWS = os.environ.get("SUPERGREP_SCATTER_ROWS", "0") == "1"
 
 
 def padded_rows(flat: torch.Tensor, gather: torch.Tensor) -> torch.Tensor:
@@ -72,10 +76,10 @@ def padded_rows(flat: torch.Tensor, gather: torch.Tensor) -> torch.Tensor:
     each flat row is stored at its one padded position (``pos``), so the backward is a gather and
     no atomics remain. Rows nothing gathers (fillers) go to one spare row past the end.
     """
+    dim = flat.shape[-1]
+    if not SCATTER_ROWS:  # the form every GPU figure so far was measured with
+        return nn.functional.normalize(torch.cat([flat, flat.new_zeros(1, dim)])[gather], p=2, dim=-1)
     vec = nn.functional.normalize(flat, p=2, dim=-1)  # N rows, not the padded layout's n x width
-    dim = vec.shape[-1]
-    if not SCATTER_ROWS:
-        return torch.cat([vec, vec.new_zeros(1, dim)])[gather]
     size = gather.numel()
     # each flat row's padded position; padding entries all write row N (dropped), fillers keep `size`
     pos = torch.full((vec.shape[0] + 1,), size, dtype=torch.long, device=vec.device)
