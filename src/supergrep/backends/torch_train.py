@@ -443,7 +443,7 @@ class TorchTrainer:
         (``Batch.staged``): static cropping, the joint layout (the varlen flattening: 7-12 ms a
         batch of 384 on a 2-core EPYC), and on CUDA the copies into pinned memory. Without it the
         step's host does this work while the GPU waits: MiniLM at batch 384 on an H200 idled 8.1
-        of 42.7 ms a step, most of it in ``sg::to_device`` (benchmarks/results/, docs/performance.md #48).
+        of 42.7 ms a step, most of it in ``sg::to_device`` (docs/performance.md #49).
         Thread-safe: reads the trainer's configuration only, touches no device."""
         if self.cfg.static_shapes and self._varlen:
             batch = self._static_batch(batch)
