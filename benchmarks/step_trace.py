@@ -352,9 +352,13 @@ def main() -> None:
     for name in [v for v in args.variants.split(",") if v.strip()]:
         v = parse_variant(name)
         bs = v.batch_size or wl.batch_size
-        n_timed = args.steps * (2 * args.rounds + 1) if args.ab else args.steps
-        pool = make_pool(wl, bs * (args.warmup + n_timed), 0)
+        # the warm-up's and the profiled steps' batches from a pool of their own, so they are the
+        # same with or without --ab (whose segments draw from a second pool): traces compare across calls
+        pool = make_pool(wl, bs * (args.warmup + args.steps), 0)
         batches = make_batches(pool, wl, bs, v.batching, v.packing, 0, v.pad_multiple)
+        if args.ab:
+            extra = make_pool(wl, bs * args.steps * 2 * args.rounds, 1)
+            batches += make_batches(extra, wl, bs, v.batching, v.packing, 1, v.pad_multiple)
         tr = build_trainer(wl, v, args.device, bs)
         tr.sg_stage = v.stage and hasattr(tr, "stage")  # as bench train feeds it
         cuda = args.device.startswith("cuda")
