@@ -89,6 +89,29 @@ def test_maxsim_token_sets_the_switch_for_each_variant_step_and_restores_it(tiny
     assert torch_maxsim.ENABLED == "auto"
 
 
+def test_steps_get_batches_staged_ahead_unless_nostage_or_naive(tiny_bert_workload, monkeypatch):
+    """As `train`'s prefetch thread does, bench stages each batch (TorchTrainer.stage) in a
+    background thread; ``nostage`` and the naive loop (``sync``) hand the step raw batches."""
+    from supergrep.bench import train as bt
+
+    v = parse_variant("fp32+packing+nostage")
+    assert not v.stage and variant_name(v) == "fp32+nostage+packing"
+    assert parse_variant(variant_name(v)) == replace(v, name=variant_name(v))
+    seen: list[tuple[str, bool]] = []
+    real_step = bt._Run._step
+
+    def step(self, b):
+        seen.append((self.v.name, b.staged is not None))
+        real_step(self, b)
+
+    monkeypatch.setattr(bt._Run, "_step", step)
+    variants = [parse_variant(x) for x in ("fp32+packing", "fp32+packing+nostage", "naive")]
+    run_train_bench(tiny_bert_workload, variants, steps=2, warmup=1, peak=PEAK)
+    want = {"fp32+packing": True, "fp32+packing+nostage": False, "naive": False}
+    assert {name for name, _ in seen} == set(want)
+    assert all(staged == want[name] for name, staged in seen)
+
+
 def test_pad_multiple_rounds_document_widths(tiny_bert_workload):
     pool = make_pool(tiny_bert_workload, 32, seed=1)
     for b in make_batches(pool, tiny_bert_workload, 8, "bucketed", packing=True, pad_multiple=16):

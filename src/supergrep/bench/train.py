@@ -456,7 +456,15 @@ class _Run:
             return batches
         from supergrep.train.data import Prefetcher
 
-        return Prefetcher(((0, i, None) for i in range(len(batches))), lambda _r, _e, i: stage(batches[i]), 4)
+        pre = Prefetcher(((0, i, None) for i in range(len(batches))), lambda _r, _e, i: stage(batches[i]), 4)
+
+        def staged():  # the thread starts now (ahead of the clock); a failed step still stops it
+            try:
+                yield from pre
+            finally:
+                pre.close()
+
+        return staged()
 
     def warm(self) -> None:
         for b in self._feed(self.batches[: self.warmup]):
