@@ -283,9 +283,9 @@ def set_state(tr, attr: str, state: bool) -> None:
     elif attr == "bwd_tiles":  # the attention backward kernels' own tiles (t5_attention._BWD_BLOCKS) or the shared ones
         from supergrep.backends import t5_attention
 
-        if not hasattr(tr, "_ab_bwd_tiles"):
-            tr._ab_bwd_tiles = dict(t5_attention._BWD_BLOCKS)
-        t5_attention._BWD_BLOCKS.update(tr._ab_bwd_tiles if state else {"dkdv": None, "dq": None})
+        # True: the twenty-fourth session's sweep winners (the default since is the shared tiles)
+        own = {"dkdv": (64, 64, 4, 3), "dq": (64, 32, 4, 3)}
+        t5_attention._BWD_BLOCKS.update(own if state else {"dkdv": None, "dq": None})
     elif attr == "fast_launch":  # our Triton kernels' cached launches (backends/triton_launch.py) or Triton's JIT
         from supergrep.backends import triton_launch
 
