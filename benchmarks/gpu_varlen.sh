@@ -16,7 +16,8 @@
 # quant: the float8 row quantiser kernel alone (benchmarks/fp8_quant_check.py; QCAP seconds);
 # maxsim: the loss's MaxSim alone (benchmarks/maxsim_check.py: kernels vs einsum, tiles swept; MREPS).
 # gelucode: the same script's gated GELU backward only, with Inductor's generated code logged.
-# attnbwd: the attention backward alone at training's batch-192 shape, dK/dV and dQ tiles swept apart.
+# attnbwd: the attention backward alone at training's batch-192 shape, dK/dV and dQ tiles swept apart
+# (ADOCS=768: batch 384's, half of the sequences 32-token queries).
 # fp8gemm: the float8 products alone (benchmarks/fp8_gemm.py); attnfwd: the attention forward alone
 # at encoding's shape over a grid of tiles (varlen_attention.py --fwd-only); index: a whole
 # `index` of torch/_inductor with MiniLM, stage by stage (index_stages.py), alternating the tree's
@@ -86,7 +87,7 @@ for part in $parts; do
   fp8gemm)
     timeout "${CAP_S:-120}" python3 benchmarks/fp8_gemm.py --out "$OUT/fp8-gemm.json" 2>&1 | grep -v Warning | tee "$OUT/fp8-gemm.txt" ;;
   attnbwd)  # training's attention backward alone: each backward kernel's tiles (varlen_attention.py --bwd-sweep)
-    timeout "${CAP_S:-200}" python3 benchmarks/varlen_attention.py --bwd-sweep --out "$OUT/attn-bwd.json" 2>&1 | grep -v Warning | tee "$OUT/attn-bwd.txt" | tail -30 ;;
+    timeout "${CAP_S:-200}" python3 benchmarks/varlen_attention.py --bwd-sweep ${ADOCS:+--docs $ADOCS --queries $((ADOCS / 2))} --out "$OUT/attn-bwd.json" 2>&1 | grep -v Warning | tee "$OUT/attn-bwd.txt" | tail -30 ;;
   attnfwd)
     timeout "${CAP_S:-150}" python3 benchmarks/varlen_attention.py --fwd-only --docs 790 --queries 0 \
       --out "$OUT/attn-fwd.json" 2>&1 | grep -v Warning | tee "$OUT/attn-fwd.txt" | tail -42 ;;
