@@ -143,12 +143,16 @@ def t5_varlen_attention(qkv: torch.Tensor, cu: torch.Tensor, max_len: int, table
         max_len: the longest document (sizes the kernels' grid; a host integer, no sync).
         table: (heads, 2 * dist + 1) float32 position bias by clamped relative position, or the
             dense (heads, W, W) matrix of it with W >= max_len (frozen: no gradient flows into it);
-            None: no bias (BERT-style encoders, whose positions are in the embeddings).
+            float16 is kept as it is (encoding builds its dense matrix so: half the bytes each tile
+            reads), other dtypes become float32; None: no bias (BERT-style encoders, whose
+            positions are in the embeddings).
         scale: on the scores (T5: 1.0; BERT: 1 / sqrt(head_dim)).
     """
     if table is None:
         table = qkv.new_empty(0, dtype=torch.float32)  # the kernels' BIAS 0
     if qkv.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":  # the kernels (on a CPU: Triton's interpreter)
-        return _VarlenAttention.apply(qkv, cu, table.detach().float().contiguous(), max_len, int(dist), int(heads),
-                                      float(scale))
+        bias = table.detach()
+        if bias.dtype not in (torch.float32, torch.float16):  # a float16 matrix stays one (it was cast
+            bias = bias.float()  # back to float32 here, every layer, from the tenth session to the twenty-seventh)
+        return _VarlenAttention.apply(qkv, cu, bias.contiguous(), max_len, int(dist), int(heads), float(scale))
     return reference_attention(qkv, cu, max_len, table.detach(), dist, heads, scale)
