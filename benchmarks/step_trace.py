@@ -27,7 +27,7 @@ the attention backward kernels' own tiles against the forward's shared ones, ``-
 residual_compute`` the residual stream in bf16 against float32 (train config ``residual_dtype``),
 ``--ab fused_maxsim`` the loss's MaxSim as Triton kernels against the einsum path, ``--ab
 scatter_rows`` the padded layout built by a scatter (``torch_train.padded_rows``) against a gather,
-``--ab stage`` the step's host side (``TorchTrainer.stage``) in a prefetch thread against in the step,
+``--ab bias16`` training's dense T5 bias matrix in float16 against float32, ``--ab stage`` the step's host side (``TorchTrainer.stage``) in a prefetch thread against in the step,
 ``--ab gated_fwd`` the gated activation with wo's float8 input as one Triton op against Inductor's
 fused form (``torch_t5_varlen.GATED_FORWARD_KERNEL``). Example (a boolean attribute of the trainer; ``stage_copies`` was one, measured and removed):
 
@@ -272,6 +272,10 @@ def set_state(tr, attr: str, state: bool) -> None:
         from supergrep.backends import torch_maxsim
 
         torch_maxsim.ENABLED = state
+    elif attr == "bias16":  # training's dense T5 bias matrix in float16 (recompiles once per state)
+        from supergrep.backends import torch_t5_varlen
+
+        torch_t5_varlen.BIAS16_TRAINING = state
     elif attr == "stage":  # batches staged ahead in a thread (TorchTrainer.stage) or prepared in the step
         tr.sg_stage = state
     elif attr == "scatter_rows":  # the padded layout as a scatter (backward: a gather) or as a gather (recompiles once per state)

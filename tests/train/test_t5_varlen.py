@@ -120,6 +120,11 @@ out["dense"] = [float((o2 - o1).abs().max()), float((g2 - g1).abs().max()), floa
 g3 = K.backward(do.float(), qkv, o2, l2, cu, max_len, dense, dist, heads, 0.7, block_m=16, block_n=32,
                 dkdv=(16, 64, 4, 2), dq=(32, 16, 4, 2))
 out["split"] = [float((g3 - g2).abs().max())]
+# training with the dense matrix in float16 (SUPERGREP_T5_BIAS16): forward and d(qkv) to float16's
+# rounding of the bias
+o6, l6 = K.forward(qkv, cu, max_len, dense.half(), dist, heads, 0.7, block_m=32, block_n=16)
+g6 = K.backward(do.float(), qkv, o6, l6, cu, max_len, dense.half(), dist, heads, 0.7, block_m=16, block_n=32)
+out["bias16"] = [float((o6 - o2).abs().max() / o2.abs().max()), float((g6 - g2).abs().max() / g2.abs().max())]
 # tiles that exceed this GPU's shared memory: the shared tiles instead, and not tried again
 from triton.runtime.errors import OutOfResources
 real, tried = K._DKDV, []
@@ -171,7 +176,7 @@ def test_the_triton_kernels_match_the_reference_in_the_interpreter():
     res = subprocess.run([sys.executable, "-c", KERNEL_CHECK], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    for key, (fwd, bwd, o_dtype, g_dtype) in ((k, v) for k, v in out.items() if k not in ("op", "compiled", "dense", "nobias", "split", "half_bias")):
+    for key, (fwd, bwd, o_dtype, g_dtype) in ((k, v) for k, v in out.items() if k not in ("op", "compiled", "dense", "nobias", "split", "half_bias", "bias16")):
         tol = 1e-5 if "float32" in key else 2e-3  # fp16 operands, fp32 accumulation
         assert fwd < tol and bwd < tol and o_dtype and g_dtype, (key, fwd, bwd)
     for key in ("op", "compiled", "nobias"):
@@ -180,6 +185,7 @@ def test_the_triton_kernels_match_the_reference_in_the_interpreter():
     assert dense_fwd < 1e-5 and dense_bwd < 1e-5 and no_bias > 1e-2  # the bias matters, and both paths add it
     split, too_big, again, tried = out["split"]
     assert split < 1e-5 and too_big < 1e-5 and again < 1e-5 and tried == [64, 32, 32]
+    assert 0 < max(out["bias16"]) < 2e-3, out["bias16"]
     half_err, seen = out["half_bias"]
     assert seen == ["torch.float16", "torch.float32"] and 0 < half_err < 5e-3, out["half_bias"]
 

@@ -39,6 +39,18 @@ from supergrep.backends.torch_t5_flex import bias_table
 # fp8_quantize gated, no dropout); SUPERGREP_GATED_FWD_KERNEL=0 turns it off.
 GATED_FORWARD_KERNEL = os.environ.get("SUPERGREP_GATED_FWD_KERNEL", "1").strip().lower() not in ("0", "false", "no", "off")
 
+# Training under 16-bit autocast with the dense position-bias matrix in float16, as encoding has it:
+# the attention's three kernels (forward, dK/dV, dQ) each read a bias tile per score tile, half the
+# bytes (the bias is frozen and rounds to ~5e-4 of itself, finer than the bf16 q.k products it is
+# added to). Encoding measured 0.79 -> 0.70 ms a layer for its forward (#24). Opt-in until timed in
+# the step (SUPERGREP_T5_BIAS16=1; benchmarks/step_trace.py --ab bias16; docs/performance.md #50).
+BIAS16_TRAINING = os.environ.get("SUPERGREP_T5_BIAS16", "0") == "1"
+
+
+def _autocast16(device: torch.device) -> bool:
+    return torch.is_autocast_enabled(device.type) and torch.get_autocast_dtype(device.type) in (torch.bfloat16,
+                                                                                                torch.float16)
+
 
 def _quantised_input_ok(ff: nn.Module) -> bool:
     """Whether wo's float8 input can come from the activation's own op: no dropout between them,
@@ -80,7 +92,7 @@ def varlen_forward(encoder: nn.Module, ids: torch.Tensor, cu: torch.Tensor, max_
         # float16 when nothing is trained (encoding): half the bias bytes each tile reads, which
         # took the attention forward from 0.79 to 0.70 ms a layer on an H100 (fp8 session records)
         table = dense_bias(table.detach(), dist, max_len)
-        if not torch.is_grad_enabled():
+        if not torch.is_grad_enabled() or (BIAS16_TRAINING and _autocast16(ids.device)):
             table = table.half()
     h = stack.dropout(stack.embed_tokens(ids))  # (N, d_model)
     if residual_dtype is not None:
