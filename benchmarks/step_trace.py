@@ -309,9 +309,9 @@ def feed(tr, batches: list):
     background thread (``tr.sg_stage``: the variant's, token ``nostage`` off; ``--ab stage``)."""
     if not getattr(tr, "sg_stage", False):
         return batches
-    from supergrep.train.data import Prefetcher
+    from supergrep.train.data import staged_ahead
 
-    return Prefetcher(((0, i, None) for i in range(len(batches))), lambda _r, _e, i: tr.stage(batches[i]), 4)
+    return staged_ahead(batches, tr.stage)
 
 
 def timed_ms(tr, batches, sync) -> float:

@@ -447,9 +447,8 @@ class TorchTrainer:
         Thread-safe: reads the trainer's configuration only, touches no device."""
         if self.cfg.static_shapes and self._varlen:
             batch = self._static_batch(batch)
-        joint = None
-        if getattr(batch, "packed", None) is not None and self._pack_offset is not None and self.cfg.grad_accum_steps == 1:
-            joint = self._joint_host(batch)
+        # laid out as for a plain step: the step itself checks again (after an OOM it runs cached)
+        joint = self._joint_host(batch) if self._packs(batch, cached=False) else None
         pin = self.device.type == "cuda"
 
         def host(a):
@@ -518,9 +517,11 @@ class TorchTrainer:
             return self._move_staged(*batch.staged[0])
         return self._move(batch.q_ids, batch.q_mask, batch.d_ids, batch.d_mask)
 
-    def _packs(self, batch: Batch) -> bool:
-        """Whether this step runs on packed rows (plain steps only; GradCache and accumulation pad)."""
-        return (getattr(batch, "packed", None) is not None and self._pack_offset is not None and not self.cached
+    def _packs(self, batch: Batch, cached: bool | None = None) -> bool:
+        """Whether this step runs on packed rows (plain steps only; GradCache and accumulation pad).
+        ``cached``: the mode to judge for (default: the current one; ``stage`` judges for plain)."""
+        cached = self.cached if cached is None else cached
+        return (getattr(batch, "packed", None) is not None and self._pack_offset is not None and not cached
                 and self.cfg.grad_accum_steps == 1)
 
     def packed_to_device(self, batch: Batch):

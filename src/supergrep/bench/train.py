@@ -454,17 +454,9 @@ class _Run:
         stage = getattr(self.trainer, "stage", None)
         if stage is None or not self.v.stage or self.v.sync or self.v.peer or self.mlx:
             return batches
-        from supergrep.train.data import Prefetcher
+        from supergrep.train.data import staged_ahead
 
-        pre = Prefetcher(((0, i, None) for i in range(len(batches))), lambda _r, _e, i: stage(batches[i]), 4)
-
-        def staged():  # the thread starts now (ahead of the clock); a failed step still stops it
-            try:
-                yield from pre
-            finally:
-                pre.close()
-
-        return staged()
+        return staged_ahead(batches, stage)  # its thread starts now, ahead of the clock
 
     def warm(self) -> None:
         for b in self._feed(self.batches[: self.warmup]):

@@ -270,3 +270,18 @@ class Prefetcher:
                 self._q.get_nowait()
         except queue.Empty:
             pass
+
+
+def staged_ahead(batches: list[Batch], stage, depth: int = 4) -> Iterator[Batch]:
+    """``stage(b)`` of each batch, done ``depth`` ahead in a background thread (as ``train``'s
+    prefetch thread stages its batches): for benchmarks that feed prepared batches. The thread
+    starts now, before the first ``next``; it stops when the iterator ends or is dropped."""
+    pre = Prefetcher(((0, i, None) for i in range(len(batches))), lambda _r, _e, i: stage(batches[i]), depth)
+
+    def gen() -> Iterator[Batch]:
+        try:
+            yield from pre
+        finally:
+            pre.close()
+
+    return gen()
