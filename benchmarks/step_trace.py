@@ -286,10 +286,9 @@ def set_state(tr, attr: str, state: bool) -> None:
         tr.residual_compute = state and tr.amp_dtype is not None
     elif attr == "bwd_tiles":  # the attention backward kernels' own tiles (t5_attention._BWD_BLOCKS) or the shared ones
         from supergrep.backends import t5_attention
+        from supergrep.bench.train import BWD_TILES, SHARED_TILES
 
-        # True: the twenty-fourth session's sweep winners (the default since is the shared tiles)
-        own = {"dkdv": (64, 64, 4, 3), "dq": (64, 32, 4, 3)}
-        t5_attention._BWD_BLOCKS.update(own if state else {"dkdv": None, "dq": None})
+        t5_attention._BWD_BLOCKS.update(BWD_TILES if state else SHARED_TILES)  # True: the default since #51
     elif attr == "fast_launch":  # our Triton kernels' cached launches (backends/triton_launch.py) or Triton's JIT
         from supergrep.backends import triton_launch
 
@@ -347,7 +346,7 @@ def main() -> None:
     import torch
 
     _count_triton_compiles()
-    from supergrep.bench.train import build_trainer, parse_variant
+    from supergrep.bench.train import build_trainer, parse_variant, set_switches
     from supergrep.bench.workloads import get_workload, make_batches, make_pool
 
     out = Path(args.out)
@@ -364,6 +363,7 @@ def main() -> None:
             extra = make_pool(wl, bs * args.steps * 2 * args.rounds, 1)
             batches += make_batches(extra, wl, bs, v.batching, v.packing, 1, v.pad_multiple)
         tr = build_trainer(wl, v, args.device, bs)
+        set_switches(v)  # the variant's module switches (maxsim=, bias16, bwdtiles); --ab's set_state overrides
         tr.sg_stage = v.stage and hasattr(tr, "stage")  # as bench train feeds it
         cuda = args.device.startswith("cuda")
         sync = torch.cuda.synchronize if cuda else (lambda: None)

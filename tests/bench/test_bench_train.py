@@ -90,6 +90,35 @@ def test_maxsim_token_sets_the_switch_for_each_variant_step_and_restores_it(tiny
     assert torch_maxsim.ENABLED == "auto"
 
 
+def test_bias_and_tile_tokens_set_their_switches_each_step_and_restore_them(tiny_bert_workload, monkeypatch):
+    """``bias16|bias32`` and ``bwdtiles|sharedtiles``: each step runs with its variant's T5 bias
+    dtype and attention-backward tiles; a variant without the token runs the process's settings,
+    which are back afterwards."""
+    from supergrep.backends import t5_attention, torch_t5_varlen
+    from supergrep.bench import train as bt
+
+    v = parse_variant("fp32+bias32+sharedtiles")
+    assert (v.bias16, v.bwd_tiles) == (False, False) and variant_name(v) == "fp32+bias32+sharedtiles"
+    assert parse_variant(variant_name(v)) == replace(v, name=variant_name(v))
+    assert (parse_variant("fp32+bias16+bwdtiles").bias16, parse_variant("fp32").bwd_tiles) == (True, None)
+    seen: list[tuple[str, bool, tuple | None]] = []
+    real_step = bt._Run._step
+
+    def step(self, b, record=True):
+        real_step(self, b, record)
+        seen.append((self.v.name, torch_t5_varlen.BIAS16_TRAINING, t5_attention._BWD_BLOCKS["dkdv"]))
+
+    monkeypatch.setattr(bt._Run, "_step", step)
+    own = (64, 64, 4, 3)
+    monkeypatch.setattr(torch_t5_varlen, "BIAS16_TRAINING", True)
+    monkeypatch.setattr(t5_attention, "_BWD_BLOCKS", {"dkdv": own, "dq": (64, 32, 4, 3)})
+    variants = [parse_variant(x) for x in ("fp32+bias32+sharedtiles", "fp32", "fp32+bias32")]
+    run_train_bench(tiny_bert_workload, variants, steps=1, warmup=1, peak=PEAK, rounds=2)
+    want = {"fp32+bias32+sharedtiles": (False, None), "fp32": (True, own), "fp32+bias32": (False, own)}
+    assert len(seen) == 3 * (1 + 2) + 1 and all((b16, t) == want[n] for n, b16, t in seen), seen
+    assert torch_t5_varlen.BIAS16_TRAINING is True and t5_attention._BWD_BLOCKS["dkdv"] == own
+
+
 def test_steps_get_batches_staged_ahead_unless_nostage_or_naive(tiny_bert_workload, monkeypatch):
     """As `train`'s prefetch thread does, bench stages each batch (TorchTrainer.stage) in a
     background thread; ``nostage`` and the naive loop (``sync``) hand the step raw batches."""

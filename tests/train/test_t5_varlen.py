@@ -198,6 +198,30 @@ def _short(trainer, batch):
     return batch
 
 
+def test_t5_attention_backward_takes_its_own_tiles_and_bert_the_shared_ones(monkeypatch):
+    """The backward's own tiles (#51) were measured with T5's position bias only: a biased call gets
+    ``_BWD_BLOCKS``, a call without a bias (BERT-style) the forward's shared tiles unless the sweep's
+    environment variable asks; training's bias matrix is float16 by default (SUPERGREP_T5_BIAS16=0: off)."""
+    from supergrep.backends import t5_attention
+    from supergrep.backends import triton_t5_attention as K
+
+    got: list[dict] = []
+    monkeypatch.setattr(K, "backward", lambda *a, **kw: got.append(kw))
+    monkeypatch.delenv("SUPERGREP_T5_ATTN_BWD", raising=False)
+    x = torch.zeros(4, 6)
+    for table in (torch.zeros(2, 8), None, torch.zeros(0)):
+        t5_attention._attn_bwd_impl(x, x, x, x, torch.tensor([0, 4]), table, 4, 8, 2, 1.0)
+    assert got[0]["dkdv"] == t5_attention._BWD_BLOCKS["dkdv"] == (64, 64, 4, 3) and got[0]["dq"] == (64, 32, 4, 3)
+    assert "dkdv" not in got[1] and "dkdv" not in got[2]
+    monkeypatch.setenv("SUPERGREP_T5_ATTN_BWD", "32,32,4,2;32,16,4,2")
+    t5_attention._attn_bwd_impl(x, x, x, x, torch.tensor([0, 4]), None, 4, 8, 2, 1.0)
+    assert got[3]["dkdv"] == (32, 32, 4, 2)
+    code = "from supergrep.backends import torch_t5_varlen as m; print(m.BIAS16_TRAINING)"
+    for env, want in (({}, "True"), ({"SUPERGREP_T5_BIAS16": "0"}, "False")):
+        env = {k: v for k, v in os.environ.items() if k != "SUPERGREP_T5_BIAS16"} | env
+        assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout.strip() == want
+
+
 def test_varlen_gives_hf_t5s_vectors_and_the_padded_loss(tiny_t5, pairs_file, tmp_path):
     from test_trainer import cfg_for, trainer_and_batch
 

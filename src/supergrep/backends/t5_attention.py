@@ -36,10 +36,13 @@ def kernel_options() -> dict:
 # The backward kernels' own tiles, (block_m, block_n, num_warps, num_stages) each (None: _BLOCKS).
 # An H200 sweep at one mixed-length batch-192 draw (benchmarks/varlen_attention.py --bwd-sweep,
 # benchmarks/results/attn-bwd-tiles-2026-11-28/) found dK/dV (64, 64, 4, 3) + dQ (64, 32, 4, 3)
-# 1.09x on the backward alone, but in the step, on the trainer's length-bucketed batches, dK/dV
-# took 2.84 vs 2.59 ms a step (64-key blocks waste more of short documents' last block): the
-# shared tiles stay. A GPU whose shared memory a setting here exceeds gets the shared tiles.
-_BWD_BLOCKS: dict[str, tuple | None] = {"dkdv": None, "dq": None}
+# 1.09x on the backward alone, but slower in the step on batch-192 bucketed batches with the
+# float32 bias matrix (dK/dV 2.84 vs 2.59 ms). With training's bias matrix in float16 (#50) the
+# pair measured 1.025x at batch 512, 1.013x at 384, 0.996x at 192 (`bench train`, H200, 3 rounds;
+# docs/performance.md #51), so they are the default for T5 (a position bias); BERT-style encoders
+# (no bias, unmeasured) keep the shared tiles. A GPU whose shared memory a setting here exceeds
+# gets the shared tiles.
+_BWD_BLOCKS: dict[str, tuple | None] = {"dkdv": (64, 64, 4, 3), "dq": (64, 32, 4, 3)}
 
 
 def bwd_kernel_options() -> dict:
@@ -104,7 +107,9 @@ def _attn_fake(qkv, cu, table, max_len, dist, heads, scale):
 def _attn_bwd_impl(do, qkv, o, lse, cu, table, max_len, dist, heads, scale):
     from supergrep.backends import triton_t5_attention as k
 
-    return k.backward(do, qkv, o, lse, cu, max_len, table, dist, heads, scale, **kernel_options(), **bwd_kernel_options())
+    biased = table is not None and table.numel() > 0  # the own tiles were measured with T5's bias only
+    tiles = bwd_kernel_options() if biased or os.environ.get("SUPERGREP_T5_ATTN_BWD") else {}
+    return k.backward(do, qkv, o, lse, cu, max_len, table, dist, heads, scale, **kernel_options(), **tiles)
 
 
 def _attn_bwd_fake(do, qkv, o, lse, cu, table, max_len, dist, heads, scale):

@@ -42,9 +42,10 @@ GATED_FORWARD_KERNEL = os.environ.get("SUPERGREP_GATED_FWD_KERNEL", "1").strip()
 # Training under 16-bit autocast with the dense position-bias matrix in float16, as encoding has it:
 # the attention's three kernels (forward, dK/dV, dQ) each read a bias tile per score tile, half the
 # bytes (the bias is frozen and rounds to ~5e-4 of itself, finer than the bf16 q.k products it is
-# added to). Encoding measured 0.79 -> 0.70 ms a layer for its forward (#24). Opt-in until timed in
-# the step (SUPERGREP_T5_BIAS16=1; benchmarks/step_trace.py --ab bias16; docs/performance.md #50).
-BIAS16_TRAINING = os.environ.get("SUPERGREP_T5_BIAS16", "0") == "1"
+# added to). With the backward's own tiles (t5_attention._BWD_BLOCKS) 1.025x the step at batch 512
+# on an H200 (50.3% MFU), 1.013x at 384, 0.996x at 192; alone 1.006x at 512 (docs/performance.md
+# #50, #51). The default; SUPERGREP_T5_BIAS16=0 keeps the float32 matrix.
+BIAS16_TRAINING = os.environ.get("SUPERGREP_T5_BIAS16", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _autocast16(device: torch.device) -> bool:

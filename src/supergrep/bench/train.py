@@ -26,6 +26,11 @@ A variant is written as ``+``-joined tokens (``bf16+compile+packing``):
                               (``TorchTrainer.stage``) as `train`'s loop does (not for naive, ``sync``)
     maxsim=M                  the loss's MaxSim on CUDA: auto (the default: Triton kernels where n_q x n_d x d_len
                               >= 12M), kernels (always), einsum (never); torch_maxsim.ENABLED, set before each step
+    bias16 | bias32           T5 varlen under bf16/fp16 autocast: the attention's dense position-bias matrix in
+                              float16 (the default, torch_t5_varlen.BIAS16_TRAINING) or float32; set before each step
+    bwdtiles | sharedtiles    T5 varlen: the attention backward kernels' own tiles (the default,
+                              t5_attention._BWD_BLOCKS: dK/dV 64x64 w4 s3, dQ 64x32 w4 s3) or the forward's
+                              shared ones; without either token a variant runs the process's settings
     static                    varlen: static_shapes (one shape per token-count bucket of pad=N, N a multiple
                               of 64: caps-wide batches, a fixed filler count), for cudagraphs
     ckpt                      gradient checkpointing
@@ -99,6 +104,8 @@ class Variant:
     static: bool = False  # token `static`: train config static_shapes
     res16: bool = False  # token `res16`: train config residual_dtype compute (varlen)
     maxsim: str = "auto"  # token `maxsim=kernels|einsum`: the loss's MaxSim (torch_maxsim.ENABLED)
+    bias16: bool | None = None  # token `bias16` / `bias32`: T5's dense bias matrix in training (None: the process's)
+    bwd_tiles: bool | None = None  # token `bwdtiles` / `sharedtiles`: the attention backward's tiles (None: the process's)
     stage: bool = True  # token `nostage`: the step's host side in the step, not in a prefetch thread
     ckpt: bool = False
     attn: str = "sdpa"
@@ -146,6 +153,38 @@ def mlx_missing() -> str | None:
 
 
 MAXSIM_MODES = {"auto": "auto", "kernels": True, "einsum": False}  # token value -> torch_maxsim.ENABLED
+BWD_TILES = {"dkdv": (64, 64, 4, 3), "dq": (64, 32, 4, 3)}  # token `bwdtiles`: the H200 sweep's winners (#42, #51)
+SHARED_TILES = {"dkdv": None, "dq": None}  # token `sharedtiles`: the forward's tiles (t5_attention._BLOCKS)
+
+
+def _switches() -> tuple:
+    from supergrep.backends import t5_attention, torch_maxsim, torch_t5_varlen
+
+    return torch_maxsim.ENABLED, torch_t5_varlen.BIAS16_TRAINING, dict(t5_attention._BWD_BLOCKS)
+
+
+def _restore_switches(saved: tuple) -> None:
+    from supergrep.backends import t5_attention, torch_maxsim, torch_t5_varlen
+
+    torch_maxsim.ENABLED, torch_t5_varlen.BIAS16_TRAINING = saved[0], saved[1]
+    t5_attention._BWD_BLOCKS.update(saved[2])
+
+
+_BASE_SWITCHES: tuple | None = None  # the process's own (environment) settings, for variants without a token
+
+
+def set_switches(v: Variant) -> None:
+    """The process-wide module switches a variant's tokens stand for (the loss's MaxSim form, the
+    T5 bias matrix's dtype, the attention backward's tiles): interleaved variants share the
+    modules, so each step sets them; a variant without a token gets the process's setting (as
+    ``run_train_bench`` found it). A switch that changes a compiled graph recompiles once per
+    state (dynamo guards on it), both forms staying cached."""
+    from supergrep.backends import t5_attention, torch_maxsim, torch_t5_varlen
+
+    base = _BASE_SWITCHES or _switches()
+    torch_maxsim.ENABLED = MAXSIM_MODES[v.maxsim]
+    torch_t5_varlen.BIAS16_TRAINING = base[1] if v.bias16 is None else v.bias16
+    t5_attention._BWD_BLOCKS.update(base[2] if v.bwd_tiles is None else BWD_TILES if v.bwd_tiles else SHARED_TILES)
 
 
 def parse_variant(text: str) -> Variant:
@@ -174,6 +213,10 @@ def parse_variant(text: str) -> Variant:
             kw["dropout"] = False
         elif tok == "nostage":
             kw["stage"] = False
+        elif tok in ("bias16", "bias32"):
+            kw["bias16"] = tok == "bias16"
+        elif tok in ("bwdtiles", "sharedtiles"):
+            kw["bwd_tiles"] = tok == "bwdtiles"
         elif tok == "fp8":
             kw["fp8"] = True
         elif tok == "fp8d":
@@ -260,7 +303,7 @@ def variant_name(v: Variant) -> str:
     parts += [t for t, on in (("compile", v.compile), ("cudagraphs", v.compile_mode == "reduce-overhead"), ("cppwrap", v.compile_mode == "cpp-wrapper"),
                               ("autotune", v.compile_mode == "max-autotune-no-cudagraphs"), ("notf32", not v.tf32), ("nodropout", not v.dropout), ("nostage", not v.stage),
                               ("fp8", v.fp8 and v.fp8_scaling == "row" and v.fp8_quantize == "compiled"),
-                              ("fp8d", v.fp8 and v.fp8_scaling == "delayed"), ("fp8k", v.fp8 and v.fp8_quantize == "kernel"), ("fp8g", v.fp8 and v.fp8_quantize == "gated"), ("static", v.static), ("res16", v.res16), ("ckpt", v.ckpt), ("packing", v.packing), ("sync", v.sync), ("peer", v.peer)) if on]
+                              ("fp8d", v.fp8 and v.fp8_scaling == "delayed"), ("fp8k", v.fp8 and v.fp8_quantize == "kernel"), ("fp8g", v.fp8 and v.fp8_quantize == "gated"), ("static", v.static), ("res16", v.res16), ("bias16", v.bias16 is True), ("bias32", v.bias16 is False), ("bwdtiles", v.bwd_tiles is True), ("sharedtiles", v.bwd_tiles is False), ("ckpt", v.ckpt), ("packing", v.packing), ("sync", v.sync), ("peer", v.peer)) if on]
     if v.pad_multiple != 8:
         parts.append(f"pad={v.pad_multiple}")
     if v.maxsim != "auto":
@@ -464,10 +507,8 @@ class _Run:
         _sync(self.device, self.raw if self.mlx else None)
 
     def _step(self, b, record: bool = True) -> None:
-        if not (self.mlx or self.v.peer):  # interleaved variants share the module's switch: set it each step
-            from supergrep.backends import torch_maxsim
-
-            torch_maxsim.ENABLED = MAXSIM_MODES[self.v.maxsim]
+        if not (self.mlx or self.v.peer):  # interleaved variants share the modules' switches: set them each step
+            set_switches(self.v)
         loss, _ = self.trainer.train_step(b, LR)
         if record:
             self.raw.append(float(loss) if self.v.sync else loss)  # naive: a host sync every step
@@ -557,15 +598,15 @@ def run_train_bench(wl: Workload, variants: list[Variant], steps: int = 20, warm
     device. ``on_row(partial_result)`` is called after each variant (the CLI writes its files
     then, so a run cut short keeps what it measured). ``rounds`` > 1: every variant is built and
     warmed first, all kept alive, then timed in ``rounds`` segments of ``steps`` steps each,
-    interleaved (``interleave_order``); a row's rate is over all its segments. The variants'
-    ``maxsim`` switch is the process's again afterwards."""
-    from supergrep.backends import torch_maxsim
-
-    saved = torch_maxsim.ENABLED
+    interleaved (``interleave_order``); a row's rate is over all its segments. The module
+    switches the variants set (``set_switches``) are the process's again afterwards."""
+    global _BASE_SWITCHES
+    saved = _BASE_SWITCHES = _switches()
     try:
         return _run_train_bench(wl, variants, steps, warmup, time_limit, peak, on_row, rounds)
     finally:
-        torch_maxsim.ENABLED = saved
+        _restore_switches(saved)
+        _BASE_SWITCHES = None
 
 
 def _run_train_bench(wl, variants, steps, warmup, time_limit, peak, on_row, rounds) -> dict:
