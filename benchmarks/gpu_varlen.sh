@@ -51,7 +51,10 @@ fi
 parts=${*:-attn bench}
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)"
-  git rev-parse HEAD 2>/dev/null; echo "parts: $parts"; } 2>&1 | tee "$OUT/env.txt"
+  # the device copy's .git HEAD is stale (the working tree is copied, not the history): name the
+  # tree itself, which `git log --format='%h %T'` here maps to a commit when the tree was committed
+  echo "tree $(GIT_INDEX_FILE=/tmp/sg-tree-index git add -A 2>/dev/null && GIT_INDEX_FILE=/tmp/sg-tree-index git write-tree 2>/dev/null)"
+  echo "parts: $parts"; } 2>&1 | tee "$OUT/env.txt"
 for part in $parts; do
   s=$(date +%s)
   case $part in
