@@ -70,6 +70,10 @@ def bench_train_cmd(workloads, model_path, batch_size, doc_cap, work_dir, out_di
         supergrep bench train -w minilm --variants naive,fp32,mlx+fp32 --device cpu
 
         supergrep bench train -w xtr-base --variants bs=192+bf16+compile+varlen+packing,bs=192+bf16+compile+varlen+packing+fp8 --warmup 60 --steps 20 --rounds 4
+
+    The 50% MFU row (H200, ~83 GiB; docs/performance.md #51):
+
+        supergrep bench train -w xtr-base --variants bs=512+bf16+cppwrap+varlen+packing+nodropout+fp8g+res16 --warmup 40 --steps 30 --rounds 2
     """
     from supergrep.bench import report
     from supergrep.bench.train import (
