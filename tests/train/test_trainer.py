@@ -201,6 +201,91 @@ def test_distillation_teacher_is_the_untouched_base(tiny_model, pairs_file, tmp_
     np.testing.assert_allclose(teacher[rows], base[rows], atol=1e-5)
 
 
+def trainer_with_teacher(cfg):
+    """``trainer_and_batch`` with ``distill_teacher``'s own tokens of the batch's rows attached."""
+    from supergrep.corpus.documents import load_pairs
+    from supergrep.encoder.tokenize import RoleTokenizer
+    from supergrep.train.loop import TeacherTokens, teacher_spec
+
+    trainer, batch = trainer_and_batch(cfg)
+    spec = training_spec(cfg)
+    pairs = load_pairs(cfg.train_file, split="train")[:64]
+    rows = bucket_batches(np.asarray(cached_tokens(pairs, None, spec, RoleTokenizer(spec), "t").doc_lengths()),
+                          cfg.batch_size, 0, 0)[0]
+    t_spec = teacher_spec(cfg)
+    t_tok = RoleTokenizer(t_spec)
+    teacher = TeacherTokens(t_spec, t_tok, cached_tokens(pairs, None, t_spec, t_tok, "t"))
+    return trainer, teacher.attach(batch, rows, False, 8)
+
+
+def test_distill_teacher_naming_the_base_itself_is_the_base_distillation(tiny_model, pairs_file, tmp_path):
+    """``distill_teacher`` = the base's own directory: a separately loaded copy, on its own (here
+    identical) tokens, must give the frozen-base term exactly: same losses, same updates."""
+    base, batch = trainer_and_batch(cfg_for(tiny_model, pairs_file, tmp_path, distill_weight=1.0))
+    ext, t_batch = trainer_with_teacher(cfg_for(tiny_model, pairs_file, tmp_path, distill_weight=1.0,
+                                                distill_teacher=str(tiny_model)))
+    assert base.ext_teacher is None and ext.ext_teacher is not None
+    np.testing.assert_array_equal(t_batch.teacher[0], batch.q_ids)  # the same tokenizer: the same ids
+    for _ in range(3):
+        l1, _ = base.train_step(batch, 1e-2)
+        l2, _ = ext.train_step(t_batch, 1e-2)
+        assert float(l1) == pytest.approx(float(l2), rel=1e-5)
+    for name, p in base.params.items():
+        torch.testing.assert_close(p, ext.params[name], rtol=1e-4, atol=1e-6)
+
+
+def test_distill_teacher_scores_the_batch_with_its_own_model_and_tokens(tiny_model, tiny_t5, pairs_file, tmp_path):
+    """A T5 teacher (its own sentencepiece tokens, 2_Dense head) for a BERT student: the teacher's
+    vectors are what the T5 model encodes, its weights never move, and its term changes the loss."""
+    from supergrep.encoder.encoder import Encoder
+    from supergrep.encoder.spec import resolve_model
+
+    trainer, batch = trainer_with_teacher(cfg_for(tiny_model, pairs_file, tmp_path, distill_weight=1.0,
+                                                  distill_teacher=str(tiny_t5)))
+    plain, _ = trainer_and_batch(cfg_for(tiny_model, pairs_file, tmp_path))
+    tq_ids, tq_mask, td_ids, td_mask = batch.teacher
+    assert tq_ids.shape[0] == batch.q_ids.shape[0] and td_ids.shape[0] == batch.d_ids.shape[0]
+    assert tq_ids.shape != batch.q_ids.shape or not np.array_equal(tq_ids, batch.q_ids)
+    frozen = [p.detach().clone() for p in trainer.ext_teacher[0].parameters()]
+    trainer._to_device(batch)
+    got = trainer._ext_teacher_vectors(*trainer._teacher_tensors[:2]).numpy()
+    want = Encoder(resolve_model(tiny_t5), device="cpu").backend.forward(tq_ids, tq_mask)
+    np.testing.assert_allclose(got[tq_mask], want[tq_mask], atol=1e-5)
+    for _ in range(2):
+        loss, _ = trainer.train_step(batch, 1e-2)
+        assert torch.isfinite(loss)
+    assert all(torch.equal(a, b) for a, b in zip(frozen, trainer.ext_teacher[0].parameters(), strict=True))
+    l_plain, _ = plain._step_plain(*plain._to_device(batch))
+    l_teach, _ = trainer._step_plain(*trainer._to_device(batch))
+    assert float(l_teach) != pytest.approx(float(l_plain), rel=1e-3)
+    trainer._teacher_tensors = None
+    with pytest.raises(TrainingError, match="no teacher tokens"):
+        trainer._step_plain(*trainer._to_device(trainer_and_batch(cfg_for(tiny_model, pairs_file, tmp_path))[1]))
+
+
+def test_run_training_and_profile_feed_distill_teacher_its_tokens(tiny_model, tiny_t5, pairs_file, tmp_path):
+    from supergrep.train.profile import run_profile
+
+    cfg = cfg_for(tiny_model, pairs_file, tmp_path, max_steps=3, save_every=3, eval_every=3,
+                  distill_weight=0.5, distill_teacher=str(tiny_t5))
+    res = run_training(cfg, show_progress=False)
+    assert (tmp_path / "run" / "step_0000003" / "adapter_model.safetensors").is_file() and res.val_pairs > 0
+    prof = run_profile(cfg, steps=2, warmup=1, unsynced_steps=1)
+    assert prof.times["teacher"] and all(t > 0 for t in prof.times["teacher"])
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(distill_teacher="x"), "distill_teacher needs distill_weight > 0"),
+    (dict(distill_teacher="x", distill_weight=1.0, backend="mlx"), "distill_teacher needs backend torch"),
+    (dict(distill_teacher="x", distill_weight=1.0, grad_accum_steps=2), "distill_teacher needs grad_accum_steps 1"),
+])
+def test_distill_teacher_config_errors(tiny_model, pairs_file, tmp_path, kw, msg):
+    from supergrep.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=msg):
+        cfg_for(tiny_model, pairs_file, tmp_path, **kw)
+
+
 @pytest.mark.parametrize("model_fixture", ["tiny_model", "tiny_t5"])
 def test_model_dropout_zero_removes_the_encoders_dropout(model_fixture, request, pairs_file, tmp_path):
     model = request.getfixturevalue(model_fixture)

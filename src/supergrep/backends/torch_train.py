@@ -226,6 +226,9 @@ class TorchTrainer:
         self.teacher_head = nn.Sequential(*[build_dense(d) for d in spec.dense]).to(self.device).eval()
         for p in self.teacher_head.parameters():
             p.requires_grad_(False)
+        # distill_teacher: another model as that teacher, on its own tokens of the batch (Batch.teacher)
+        self.ext_teacher = self._load_teacher(cfg) if self.needs_teacher and cfg.distill_teacher else None
+        self._teacher_tensors: tuple[torch.Tensor, ...] | None = None
         if cfg.gradient_checkpointing:
             if not hasattr(model, "gradient_checkpointing_enable"):
                 raise UsageError(f"gradient checkpointing is not available for {spec.model_type} models")
@@ -487,11 +490,47 @@ class TorchTrainer:
                 m.enabled = True
             self.model.train(was_training)
 
-    def _teacher(self, q_ids, q_mask, d_ids, d_mask) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """(query vectors, document vectors) of the frozen base, for the distillation term."""
+    def _load_teacher(self, cfg: TrainConfig) -> tuple[nn.Module, nn.Module]:
+        """``distill_teacher``'s encoder and its projections, frozen, in eval mode, on the device."""
+        from supergrep.train.loop import teacher_spec
+
+        spec = teacher_spec(cfg)
+        model = load_encoder(spec, torch.float32).to(self.device).eval()
+        head = nn.Sequential(*[build_dense(d) for d in spec.dense]).to(self.device).eval()
+        for p in (*model.parameters(), *head.parameters()):
+            p.requires_grad_(False)
+        log.info("distillation teacher: %s (%s, its own tokenizer)", spec.name, spec.path)
+        return model, head
+
+    @torch.no_grad()
+    def _ext_teacher_vectors(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        model, head = self.ext_teacher
+        out = []
+        for s in range(0, ids.shape[0], self.mini):
+            with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
+                                enabled=self.amp_dtype is not None):
+                hidden = model(input_ids=ids[s : s + self.mini], attention_mask=mask[s : s + self.mini].long()).last_hidden_state
+                vecs = head(hidden)
+            out.append(nn.functional.normalize(vecs.float(), p=2, dim=-1))
+        return torch.cat(out)
+
+    def _teacher(self, q_ids, q_mask, d_ids, d_mask) -> tuple[torch.Tensor, ...] | None:
+        """The distillation term's teacher for this batch: the frozen base's (query vectors,
+        document vectors) on the student's tokens, or ``distill_teacher``'s (query vectors, query
+        mask, document vectors, document mask) on its own tokens of the same rows."""
         if not self.needs_teacher:
             return None
-        return self._teacher_vectors(q_ids, q_mask), self._teacher_vectors(d_ids, d_mask)
+        if self.ext_teacher is None:
+            return self._teacher_vectors(q_ids, q_mask), self._teacher_vectors(d_ids, d_mask)
+        if self._teacher_tensors is None:
+            raise TrainingError("distill_teacher: this batch carries no teacher tokens (Batch.teacher); "
+                                "batches come from the training loop's collation")
+        tq_ids, tq_mask, td_ids, td_mask = self._teacher_tensors
+        if tq_ids.shape[0] != q_ids.shape[0] or td_ids.shape[0] != d_ids.shape[0]:
+            raise TrainingError(f"distill_teacher: the teacher's tokens hold {tq_ids.shape[0]} queries and "
+                                f"{td_ids.shape[0]} documents, the batch {q_ids.shape[0]} and {d_ids.shape[0]}")
+        return (self._ext_teacher_vectors(tq_ids, tq_mask), tq_mask,
+                self._ext_teacher_vectors(td_ids, td_mask), td_mask)
 
     def _loss_eager(self, q, qm, d, dm, teacher=None, listwise=None) -> tuple[torch.Tensor, torch.Tensor]:
         return self.loss_fn(self.ops, q, qm, d, dm, teacher, listwise)
@@ -513,6 +552,9 @@ class TorchTrainer:
         return tuple(t.to(self.device, non_blocking=self.device.type == "cuda") for t in tensors)
 
     def _to_device(self, batch: Batch):
+        if self.ext_teacher is not None:  # distill_teacher's tokens of the same rows, for _teacher
+            t = getattr(batch, "teacher", None)
+            self._teacher_tensors = self._move(*t) if t is not None else None
         if getattr(batch, "staged", None) is not None:
             return self._move_staged(*batch.staged[0])
         return self._move(batch.q_ids, batch.q_mask, batch.d_ids, batch.d_mask)

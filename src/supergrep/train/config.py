@@ -63,8 +63,9 @@ class TrainConfig:
     infonce_weight: float = _f(1.0, "Weight of InfoNCE (the docstring -> code labels); 0 with margin_weight 0 and teacher_weight > 0 trains on the teacher's scores alone (val_loss is always the labels' InfoNCE + margin, whatever this weight, so runs compare).")
     margin: float = _f(0.2, "Margin between the positive and the hardest negative score.")
     margin_weight: float = _f(0.1, "Weight of the margin loss added to InfoNCE.")
-    distill_weight: float = _f(0.0, "Weight of a KL term keeping the in-batch score distribution close to the frozen base model's (no LoRA, no projection): anchors what the base did well, e.g. matching prose.")
+    distill_weight: float = _f(0.0, "Weight of a KL term keeping the in-batch score distribution close to the frozen base model's (no LoRA, no projection): anchors what the base did well, e.g. matching prose; or to distill_teacher's.")
     distill_temperature: float = _f(0.05, "Temperature of the distillation softmaxes (teacher and student).")
+    distill_teacher: str = _f("", "The distillation term's teacher (distill_weight): '' = the frozen base; a named model (e.g. mpnet) or a model directory = that model's MaxSim over every query and document of the batch, each text tokenised by its own tokenizer, no gradient (a stronger model's in-batch ranking). backend torch, one process, grad_accum_steps 1.")
     teacher_weight: float = _f(0.0, "Weight of a listwise KL term to each row's precomputed 'teacher_scores' (a stronger model's MaxSim over [positive, *negatives], written by `supergrep mine-negatives --teacher MODEL`); needs hard_negatives. backend torch, one process.")
     teacher_temperature: float = _f(0.05, "Temperature of the listwise teacher softmaxes (teacher and student scores alike).")
     cached_contrastive: bool = _f(False, "GradCache: embed the whole batch in mini-batches without a graph, then backprop through the loss mini-batch by mini-batch, so all batch_size negatives fit in small memory.")
@@ -138,6 +139,13 @@ class TrainConfig:
             problems.append("teacher_weight needs hard_negatives: true (the teacher scored each row's negatives)")
         if self.teacher_weight and self.backend != "torch":
             problems.append("teacher_weight needs backend torch")
+        if self.distill_teacher and not self.distill_weight > 0:
+            problems.append("distill_teacher needs distill_weight > 0 (the weight of its KL term)")
+        if self.distill_teacher and self.backend != "torch":
+            problems.append("distill_teacher needs backend torch")
+        if self.distill_teacher and self.grad_accum_steps != 1:
+            problems.append("distill_teacher needs grad_accum_steps 1 (cached_contrastive keeps the whole batch "
+                            "in one step with little memory)")
         if self.max_steps <= 0 and self.epochs <= 0:
             problems.append("set epochs > 0 or max_steps > 0")
         if self.fp8_products and self.backend != "torch":

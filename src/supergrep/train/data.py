@@ -177,6 +177,8 @@ class Batch:
             documents, when the data has them and negatives are used, else None.
         staged: The trainer's host side of a step done ahead (``TorchTrainer.stage``, in the
             prefetch thread): host tensors, pinned on CUDA; None until then.
+        teacher: ``distill_teacher``'s own tokenisation of the same rows, (q_ids, q_mask, d_ids,
+            d_mask) in the same order (queries, positives, negatives), else None.
     """
 
     q_ids: np.ndarray
@@ -188,6 +190,7 @@ class Batch:
     packed: Packed | None = None
     t_scores: np.ndarray | None = None
     staged: Any = None
+    teacher: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @property
     def n_tokens(self) -> int:

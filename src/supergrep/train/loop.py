@@ -172,7 +172,34 @@ def _augment_document(p, key: int | str, cfg: TrainConfig):
     return p
 
 
-def _load_data(cfg: TrainConfig, spec: ModelSpec, tokenizer: RoleTokenizer) -> tuple[TokenCache, TokenCache | None]:
+@dataclass
+class TeacherTokens:
+    """``distill_teacher``'s tokenisation of the training rows (row i = the student cache's row i)."""
+
+    spec: ModelSpec
+    tokenizer: RoleTokenizer
+    cache: TokenCache
+
+    def attach(self, batch: Batch, rows: np.ndarray, use_negatives: bool, pad_multiple: int) -> Batch:
+        """``batch`` with the teacher's ids and masks of the same rows, in collate's order."""
+        q_expand = self.spec.settings.query_max_tokens if self.spec.settings.query_expansion else 0
+        t = collate(self.cache, rows, self.tokenizer, q_expand, use_negatives, pad_multiple)
+        return dataclasses.replace(batch, teacher=(t.q_ids, t.q_mask, t.d_ids, t.d_mask))
+
+
+def teacher_spec(cfg: TrainConfig) -> ModelSpec | None:
+    """``distill_teacher``'s model with the run's role lengths (capped at its positions), or None."""
+    if not cfg.distill_teacher:
+        return None
+    spec = resolve_model(cfg.distill_teacher)
+    limit = spec.max_positions or 1 << 30
+    settings = dataclasses.replace(spec.settings, query_max_tokens=min(cfg.query_max_tokens, limit),
+                                   document_max_tokens=min(cfg.document_max_tokens, limit))
+    return dataclasses.replace(spec, settings=settings)
+
+
+def _load_data(cfg: TrainConfig, spec: ModelSpec,
+               tokenizer: RoleTokenizer) -> tuple[TokenCache, TokenCache | None, TeacherTokens | None]:
     if not cfg.train_file:
         raise ConfigError("train_file is not set: pass --train-file pairs.jsonl (made by `supergrep mine`)")
     train_path = Path(cfg.train_file)
@@ -193,7 +220,16 @@ def _load_data(cfg: TrainConfig, spec: ModelSpec, tokenizer: RoleTokenizer) -> t
                                 f"{cfg.query_identifier_dropout}|{cfg.document_header_dropout}|"
                                 f"{cfg.docstring_body_rate}")
     val_cache = cached_tokens(val, val_path, spec, tokenizer, "val") if len(val) >= 2 else None
-    return train_cache, val_cache
+    teacher = None
+    t_spec = teacher_spec(cfg)
+    if t_spec is not None:  # the same rows (after the augmentations) in the teacher's own tokens
+        t_tok = RoleTokenizer(t_spec)
+        t_cache = cached_tokens(train, train_path, t_spec, t_tok,
+                                f"teacher|{cfg.max_pairs}|{cfg.seed}|{cfg.hard_negatives}|"
+                                f"{cfg.query_identifier_dropout}|{cfg.document_header_dropout}|"
+                                f"{cfg.docstring_body_rate}")
+        teacher = TeacherTokens(t_spec, t_tok, t_cache)
+    return train_cache, val_cache, teacher
 
 
 def make_distributed_trainer(cfg: TrainConfig, spec: ModelSpec, lora: LoRAConfig, collective):
@@ -202,6 +238,8 @@ def make_distributed_trainer(cfg: TrainConfig, spec: ModelSpec, lora: LoRAConfig
 
     if cfg.teacher_weight:  # the rank's in-batch columns are the gathered world's, not collate's layout
         raise UsageError("teacher_weight runs in one process; train without torchrun, or set teacher_weight: 0")
+    if cfg.distill_teacher:
+        raise UsageError("distill_teacher runs in one process; train without torchrun, or leave distill_teacher empty")
     loss = _objective(cfg)
     return DistributedTorchTrainer(spec, cfg, lora, loss, collective)
 
@@ -302,7 +340,7 @@ def _run(cfg: TrainConfig, resume: bool | str | Path, show_progress: bool, on_ev
     tokenizer = RoleTokenizer(spec)
     if coll is not None and not main:
         coll.barrier()  # rank 0 builds the token cache first; the others then read it
-    train_cache, val_cache = _load_data(cfg, spec, tokenizer)
+    train_cache, val_cache, teacher_tokens = _load_data(cfg, spec, tokenizer)
     if coll is not None and main:
         coll.barrier()
     lora = LoRAConfig(cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, tuple(cfg.lora_target_modules))
@@ -341,8 +379,11 @@ def _run(cfg: TrainConfig, resume: bool | str | Path, show_progress: bool, on_ev
 
     def make(rows: np.ndarray, e: int, i: int) -> Batch:
         if coll is None:
-            return stage(collate(train_cache, rows, tokenizer, q_expand, cfg.hard_negatives, cfg.pad_multiple, e, i,
-                                 pack_to=pack_to))
+            b = collate(train_cache, rows, tokenizer, q_expand, cfg.hard_negatives, cfg.pad_multiple, e, i,
+                        pack_to=pack_to)
+            if teacher_tokens is not None:
+                b = teacher_tokens.attach(b, rows, cfg.hard_negatives, cfg.pad_multiple)
+            return stage(b)
         widths = _batch_widths(train_cache, rows, cfg.hard_negatives, cfg.pad_multiple, q_expand)
         mine = shard_rows(rows, world.rank, world.size, cfg.grad_accum_steps)
         return stage(collate(train_cache, mine, tokenizer, q_expand, cfg.hard_negatives, cfg.pad_multiple, e, i,

@@ -43,7 +43,7 @@ from supergrep.backends.adapters import LoRAConfig
 from supergrep.encoder.tokenize import RoleTokenizer
 from supergrep.train.config import TrainConfig
 from supergrep.train.data import Batch, Prefetcher, bucket_batches, collate
-from supergrep.train.losses import maxsim_scores
+from supergrep.train.losses import maxsim_scores, teacher_scores
 from supergrep.train.memory import MemoryRecorder
 
 log = logging.getLogger(__name__)
@@ -184,7 +184,7 @@ def run_profile(cfg: TrainConfig, steps: int = 20, warmup: int = 3, trace: str |
 
     spec = training_spec(cfg)
     tokenizer = RoleTokenizer(spec)
-    train_cache, _ = _load_data(cfg, spec, tokenizer)
+    train_cache, _, teacher_tokens = _load_data(cfg, spec, tokenizer)
     lora = LoRAConfig(cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, tuple(cfg.lora_target_modules))
     trainer = make_trainer(cfg, spec, lora)
     q_expand = spec.settings.query_max_tokens if spec.settings.query_expansion else 0
@@ -195,6 +195,8 @@ def run_profile(cfg: TrainConfig, steps: int = 20, warmup: int = 3, trace: str |
     def make(rows: np.ndarray, e: int, i: int) -> Batch:
         t = time.perf_counter()
         b = collate(train_cache, rows, tokenizer, q_expand, cfg.hard_negatives, cfg.pad_multiple, e, i, pack_to=pack_to)
+        if teacher_tokens is not None:  # distill_teacher's own tokens of the rows (collation time)
+            b = teacher_tokens.attach(b, rows, cfg.hard_negatives, cfg.pad_multiple)
         with lock:
             collate_s.append(time.perf_counter() - t)
         return b
@@ -267,7 +269,7 @@ def _profile_torch(trainer, it, res: ProfileResult, steps: int, warmup: int, mem
         if trainer.needs_teacher:
             with rf("teacher"):
                 teacher = trainer._teacher(q_ids, q_mask, d_ids, d_mask)
-                t_scores = maxsim_scores(ops, teacher[0], q_mask, teacher[1], d_mask)
+                t_scores = teacher_scores(ops, teacher, q_mask, d_mask)
             mark("teacher")
         with rf("maxsim"):
             scores = maxsim_scores(ops, q, q_mask, d, d_mask)

@@ -12,7 +12,17 @@ from supergrep.train.losses.margin import Margin, margin_loss
 from supergrep.train.losses.maxsim import maxsim_scores
 
 __all__ = ["Distill", "InfoNCE", "Margin", "contrastive_loss", "distill_loss", "infonce_loss", "listwise_loss",
-           "margin_loss", "maxsim_scores", "own_scores"]
+           "margin_loss", "maxsim_scores", "own_scores", "teacher_scores"]
+
+
+def teacher_scores(ops: Any, teacher: tuple, q_mask: Any, d_mask: Any) -> Any:
+    """The distillation teacher's in-batch (n_q, n_d) MaxSim: ``teacher`` is (query vectors,
+    document vectors) on the student's tokens (the frozen base, the student's masks) or (query
+    vectors, query mask, document vectors, document mask) on a teacher's own tokens of the same
+    rows (``distill_teacher``)."""
+    if len(teacher) == 4:
+        return maxsim_scores(ops, teacher[0], teacher[1], teacher[2], teacher[3])
+    return maxsim_scores(ops, teacher[0], q_mask, teacher[1], d_mask)
 
 
 def contrastive_loss(temperature: float = 0.07, margin: float = 0.2, margin_weight: float = 0.1,
@@ -26,7 +36,8 @@ def contrastive_loss(temperature: float = 0.07, margin: float = 0.2, margin_weig
         ``fn(ops, q, q_mask, d, d_mask, teacher=None, listwise=None) -> (loss, accuracy)``,
         where accuracy is the share of queries whose own document scores highest in the batch,
         ``teacher`` is the frozen base's (query vectors, document vectors) for the same batch
-        (same masks) and ``listwise`` the rows' (n_q, 1 + n_neg) precomputed teacher scores.
+        (same masks), or a ``distill_teacher``'s 4-tuple (``teacher_scores``), and ``listwise``
+        the rows' (n_q, 1 + n_neg) precomputed teacher scores.
         ``fn.needs_teacher`` tells the trainer to compute the former.
 
     >>> import numpy as np
@@ -58,7 +69,7 @@ def contrastive_loss(temperature: float = 0.07, margin: float = 0.2, margin_weig
         scores = maxsim_scores(ops, q, q_mask, d, d_mask)  # (n_q, n_d)
         t_scores = None
         if distill_weight and teacher is not None:
-            t_scores = maxsim_scores(ops, teacher[0], q_mask, teacher[1], d_mask)  # (n_q, n_d)
+            t_scores = teacher_scores(ops, teacher, q_mask, d_mask)  # (n_q, n_d)
         return from_scores(ops, scores, t_scores, listwise)
 
     fn.needs_teacher = bool(distill_weight)  # type: ignore[attr-defined]
