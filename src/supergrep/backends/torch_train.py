@@ -476,15 +476,7 @@ class TorchTrainer:
         for m in mods:
             m.enabled = False
         try:
-            out = []
-            for s in range(0, ids.shape[0], self.mini):
-                with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
-                                    enabled=self.amp_dtype is not None):
-                    hidden = self.model(input_ids=ids[s : s + self.mini],
-                                        attention_mask=mask[s : s + self.mini].long()).last_hidden_state
-                    vecs = self.teacher_head(hidden)
-                out.append(nn.functional.normalize(vecs.float(), p=2, dim=-1))
-            return torch.cat(out)
+            return self._frozen_vectors(self.model, self.teacher_head, ids, mask)
         finally:
             for m in mods:
                 m.enabled = True
@@ -503,8 +495,8 @@ class TorchTrainer:
         return model, head
 
     @torch.no_grad()
-    def _ext_teacher_vectors(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        model, head = self.ext_teacher
+    def _frozen_vectors(self, model: nn.Module, head: nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """A teacher's unit token vectors, ``self.mini`` rows at a time under the step's autocast."""
         out = []
         for s in range(0, ids.shape[0], self.mini):
             with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
@@ -513,6 +505,9 @@ class TorchTrainer:
                 vecs = head(hidden)
             out.append(nn.functional.normalize(vecs.float(), p=2, dim=-1))
         return torch.cat(out)
+
+    def _ext_teacher_vectors(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self._frozen_vectors(*self.ext_teacher, ids, mask)
 
     def _teacher(self, q_ids, q_mask, d_ids, d_mask) -> tuple[torch.Tensor, ...] | None:
         """The distillation term's teacher for this batch: the frozen base's (query vectors,
