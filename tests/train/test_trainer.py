@@ -286,6 +286,15 @@ def test_distill_teacher_config_errors(tiny_model, pairs_file, tmp_path, kw, msg
         cfg_for(tiny_model, pairs_file, tmp_path, **kw)
 
 
+def test_a_missing_distill_teacher_is_a_config_error_naming_the_key(tiny_model, pairs_file, tmp_path):
+    from supergrep.errors import ConfigError
+
+    cfg = cfg_for(tiny_model, pairs_file, tmp_path, distill_weight=1.0, distill_teacher=str(tmp_path / "nope"))
+    with pytest.raises(ConfigError, match=r"distill_teacher '.*nope': .*does not exist"):
+        run_training(cfg, show_progress=False)
+    assert not (tmp_path / "run").exists() or not list((tmp_path / "run").glob("step_*"))
+
+
 @pytest.mark.parametrize("model_fixture", ["tiny_model", "tiny_t5"])
 def test_model_dropout_zero_removes_the_encoders_dropout(model_fixture, request, pairs_file, tmp_path):
     model = request.getfixturevalue(model_fixture)

@@ -23,7 +23,7 @@ from supergrep.backends.adapters import LoRAConfig
 from supergrep.corpus.documents import load_pairs
 from supergrep.encoder.spec import DEFAULT_MODEL_NAME, ModelSpec, default_model_dir, resolve_model
 from supergrep.encoder.tokenize import RoleTokenizer
-from supergrep.errors import ConfigError, InputError, TrainingError, UsageError
+from supergrep.errors import ConfigError, InputError, ModelError, TrainingError, UsageError
 from supergrep.faults import crashpoint
 from supergrep.train import checkpoint as ckpt
 from supergrep.train.augment import (
@@ -191,7 +191,11 @@ def teacher_spec(cfg: TrainConfig) -> ModelSpec | None:
     """``distill_teacher``'s model with the run's role lengths (capped at its positions), or None."""
     if not cfg.distill_teacher:
         return None
-    spec = resolve_model(cfg.distill_teacher)
+    try:
+        spec = resolve_model(cfg.distill_teacher)
+    except ModelError as exc:
+        raise ConfigError(f"distill_teacher {cfg.distill_teacher!r}: {exc} (the teacher: a named model such as "
+                          f"mpnet, or a model directory)") from None
     limit = spec.max_positions or 1 << 30
     settings = dataclasses.replace(spec.settings, query_max_tokens=min(cfg.query_max_tokens, limit),
                                    document_max_tokens=min(cfg.document_max_tokens, limit))
