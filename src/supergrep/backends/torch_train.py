@@ -186,7 +186,8 @@ class TorchTrainer:
 
     name = "torch"
 
-    def __init__(self, spec: ModelSpec, cfg: TrainConfig, lora: LoRAConfig, loss_fn: LossFn):
+    def __init__(self, spec: ModelSpec, cfg: TrainConfig, lora: LoRAConfig, loss_fn: LossFn,
+                 teacher_spec: ModelSpec | None = None):
         self.cfg, self.lora, self.spec, self.loss_fn = cfg, lora, spec, loss_fn
         torch.manual_seed(cfg.seed)
         self.device = torch.device(pick_device(cfg.device))
@@ -227,7 +228,7 @@ class TorchTrainer:
         for p in self.teacher_head.parameters():
             p.requires_grad_(False)
         # distill_teacher: another model as that teacher, on its own tokens of the batch (Batch.teacher)
-        self.ext_teacher = self._load_teacher(cfg) if self.needs_teacher and cfg.distill_teacher else None
+        self.ext_teacher = self._load_teacher(teacher_spec) if self.needs_teacher and cfg.distill_teacher else None
         self._teacher_tensors: tuple[torch.Tensor, ...] | None = None
         if cfg.gradient_checkpointing:
             if not hasattr(model, "gradient_checkpointing_enable"):
@@ -482,11 +483,12 @@ class TorchTrainer:
                 m.enabled = True
             self.model.train(was_training)
 
-    def _load_teacher(self, cfg: TrainConfig) -> tuple[nn.Module, nn.Module]:
-        """``distill_teacher``'s encoder and its projections, frozen, in eval mode, on the device."""
-        from supergrep.train.loop import teacher_spec
-
-        spec = teacher_spec(cfg)
+    def _load_teacher(self, spec: ModelSpec | None) -> tuple[nn.Module, nn.Module]:
+        """``distill_teacher``'s encoder and its projections (``spec``: ``train.loop.teacher_spec``,
+        resolved above this layer), frozen, in eval mode, on the device."""
+        if spec is None:
+            raise UsageError("distill_teacher: the trainer needs the teacher's model spec (train.loop.make_trainer "
+                             "passes teacher_spec(cfg))")
         model = load_encoder(spec, torch.float32).to(self.device).eval()
         head = nn.Sequential(*[build_dense(d) for d in spec.dense]).to(self.device).eval()
         for p in (*model.parameters(), *head.parameters()):

@@ -133,7 +133,7 @@ def make_trainer(cfg: TrainConfig, spec: ModelSpec, lora: LoRAConfig):
     if cfg.backend == "torch":
         from supergrep.backends.torch_train import TorchTrainer
 
-        return TorchTrainer(spec, cfg, lora, loss)
+        return TorchTrainer(spec, cfg, lora, loss, teacher_spec(cfg))
     if cfg.backend == "mlx":
         try:
             from supergrep.backends.mlx_train import MLXTrainer
