@@ -219,20 +219,15 @@ def _load_data(cfg: TrainConfig, spec: ModelSpec,
     val_path = Path(cfg.val_file) if cfg.val_file else train_path
     val = load_pairs(val_path, split="val", strict_split=not cfg.val_file)
     val = [dataclasses.replace(p, negatives=(), teacher_scores=()) for p in val]
-    train_cache = cached_tokens(train, train_path, spec, tokenizer,
-                                f"train|{cfg.max_pairs}|{cfg.seed}|{cfg.hard_negatives}|"
-                                f"{cfg.query_identifier_dropout}|{cfg.document_header_dropout}|"
-                                f"{cfg.docstring_body_rate}")
+    rows_tag = (f"{cfg.max_pairs}|{cfg.seed}|{cfg.hard_negatives}|{cfg.query_identifier_dropout}|"
+                f"{cfg.document_header_dropout}|{cfg.docstring_body_rate}")  # what chose and changed the rows
+    train_cache = cached_tokens(train, train_path, spec, tokenizer, f"train|{rows_tag}")
     val_cache = cached_tokens(val, val_path, spec, tokenizer, "val") if len(val) >= 2 else None
     teacher = None
     t_spec = teacher_spec(cfg)
     if t_spec is not None:  # the same rows (after the augmentations) in the teacher's own tokens
         t_tok = RoleTokenizer(t_spec)
-        t_cache = cached_tokens(train, train_path, t_spec, t_tok,
-                                f"teacher|{cfg.max_pairs}|{cfg.seed}|{cfg.hard_negatives}|"
-                                f"{cfg.query_identifier_dropout}|{cfg.document_header_dropout}|"
-                                f"{cfg.docstring_body_rate}")
-        teacher = TeacherTokens(t_spec, t_tok, t_cache)
+        teacher = TeacherTokens(t_spec, t_tok, cached_tokens(train, train_path, t_spec, t_tok, f"teacher|{rows_tag}"))
     return train_cache, val_cache, teacher
 
 

@@ -21,7 +21,7 @@ def teacher_scores(ops: Any, teacher: tuple, q_mask: Any, d_mask: Any) -> Any:
     vectors, query mask, document vectors, document mask) on a teacher's own tokens of the same
     rows (``distill_teacher``)."""
     if len(teacher) == 4:
-        return maxsim_scores(ops, teacher[0], teacher[1], teacher[2], teacher[3])
+        return maxsim_scores(ops, *teacher)
     return maxsim_scores(ops, teacher[0], q_mask, teacher[1], d_mask)
 
 
