@@ -124,7 +124,7 @@ def main() -> None:
         print("warning:", p, file=sys.stderr)
 
     out_rows, doc_rows, ov_w, ov_d = [], [], [], []
-    for i, (key, query) in enumerate(sorted(written.items())):
+    for key, query in sorted(written.items()):
         it = items[key]
         split = "val" if chosen(1234, key, args.val_share) else "train"
         base = {"code": it["code"], "docstring": it["docstring"], "language": "python", "repo": it["repo"],
