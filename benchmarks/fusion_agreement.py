@@ -41,7 +41,8 @@ def main() -> None:
             continue
         agree = [i for i in sem if i in lex and lex[i]["top"] and sem[i]["top"]
                  and place(sem[i]["top"][0]) == place(lex[i]["top"][0])]
-        split = [i for i in sem if i not in set(agree)]
+        same = set(agree)
+        split = [i for i in sem if i not in same]
         right = lambda d, ids: sum(d[i]["rank"] == 1 for i in ids)  # noqa: E731
         print(f"| {model} | {len(agree)} | {right(sem, agree)} / {right(hyb, agree)} | {len(split)} | "
               f"{right(sem, split)} / {right(lex, split)} / {right(hyb, split)} | "

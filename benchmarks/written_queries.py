@@ -31,6 +31,8 @@ import json
 import re
 import sys
 
+from supergrep.errors import InputError
+from supergrep.jsonl import read_jsonl
 from supergrep.scoring.bm25 import QUERY_STOPWORDS, code_terms
 from supergrep.train.augment import chosen
 
@@ -57,21 +59,19 @@ def from_refs(refs: str, pairs: str) -> tuple[dict, list[dict], int]:
     """Items rebuilt from a refs file and a mined pairs file, the refs' written rows, and how
     many refs found no code with the same SHA-1 (a different package version)."""
     by_key = {}
-    with open(pairs) as f:
-        for row in map(json.loads, f):
-            by_key.setdefault((row.get("repo"), row.get("path"), row.get("symbol")), []).append(row)
+    for _, row in read_jsonl(pairs, "pairs file"):
+        by_key.setdefault((row.get("repo"), row.get("path"), row.get("symbol")), []).append(row)
     items, rows, missing = {}, [], 0
-    with gzip.open(refs, "rt") as f:
-        for ref in map(json.loads, f):
-            rows.append(ref)
-            match = [r for r in by_key.get((ref["repo"], ref["path"], ref["symbol"]), [])
-                     if code_sha1(r["code"]) == ref["code_sha1"]]
-            if not match:
-                missing += 1
-                continue
-            r = match[0]
-            items[ref["id"]] = {"id": ref["id"], "repo": r["repo"], "path": r["path"], "symbol": r["symbol"],
-                                "docstring": r.get("docstring", ""), "code": r["code"]}
+    for _, ref in read_jsonl(refs, "refs file"):
+        rows.append(ref)
+        match = [r for r in by_key.get((ref["repo"], ref["path"], ref["symbol"]), [])
+                 if code_sha1(r["code"]) == ref["code_sha1"]]
+        if not match:
+            missing += 1
+            continue
+        r = match[0]
+        items[ref["id"]] = {"id": ref["id"], "repo": r["repo"], "path": r["path"], "symbol": r["symbol"],
+                            "docstring": r.get("docstring", ""), "code": r["code"]}
     return items, rows, missing
 
 
@@ -90,12 +90,15 @@ def main() -> None:
         ap.error("give either --items and --written, or --refs with --pairs")
 
     items, ref_rows, missing = {}, [], 0
-    if args.refs:
-        items, ref_rows, missing = from_refs(args.refs, args.pairs)
-    for path in args.items:
-        with open(path) as f:
-            for row in map(json.loads, f):
+    try:  # the code's side must be whole: a bad line stops the run with its file and line
+        if args.refs:
+            items, ref_rows, missing = from_refs(args.refs, args.pairs)
+        for path in args.items:
+            for _, row in read_jsonl(path, "items file"):
                 items[row["id"]] = row
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     written, skipped, problems = {}, 0, []
     for row in ref_rows:
         if row.get("skip"):

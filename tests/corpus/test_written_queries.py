@@ -83,6 +83,11 @@ def test_bad_lines_are_reported_and_skipped_and_inputs_are_checked(tmp_path):
     assert f"{out}:2" in r.stderr and "unknown id 'zz-999'" in r.stderr
     r = _run("--refs", "x.gz", "--out", str(tmp_path / "a.jsonl"))  # --refs without --pairs
     assert r.returncode == 2 and "--refs with --pairs" in r.stderr
+    bad_items = tmp_path / "bad-items.jsonl"
+    bad_items.write_text(json.dumps(ITEMS[0]) + "\n{broken\n")  # the code's side must be whole
+    r = _run("--items", str(bad_items), "--written", str(out), "--out", str(tmp_path / "b.jsonl"))
+    assert r.returncode == 2 and f"{bad_items}:2" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "b.jsonl").exists()
 
 
 def test_overlap_counts_content_words_the_code_spells():
